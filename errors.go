@@ -1,0 +1,36 @@
+package sandbox
+
+import "errors"
+
+// Sentinel errors. Test for them with errors.Is; the errors returned carry
+// more detail (the image name, the engine address, the path) in their text.
+var (
+	// ErrClosed is returned by every method of a Sandbox after Close.
+	ErrClosed = errors.New("sandbox: closed")
+
+	// ErrEngineUnavailable means the Docker engine could not be reached.
+	ErrEngineUnavailable = errors.New("sandbox: cannot reach Docker engine")
+
+	// ErrImageNotFound means the image is not present on the engine and was
+	// not pulled (see WithPull).
+	ErrImageNotFound = errors.New("sandbox: image not found")
+
+	// ErrSandboxGone means the sandbox's container is no longer running: it
+	// was removed or killed behind the library's back, or its Lifetime ended.
+	// The Sandbox cannot be used again; Close it.
+	ErrSandboxGone = errors.New("sandbox: container is gone")
+
+	// ErrOutputTruncated is returned by Cmd.Output and Cmd.CombinedOutput
+	// when the command wrote more than Limits.OutputBytes; the bytes that fit
+	// are returned with it.
+	ErrOutputTruncated = errors.New("sandbox: output truncated")
+
+	// ErrUnsafePath is returned by CopyOut when the sandbox offers an archive
+	// entry that would land outside the host directory (a "../" name, an
+	// absolute name, or a link pointing out). Nothing outside is written.
+	ErrUnsafePath = errors.New("sandbox: unsafe path")
+
+	// ErrDiskLimitUnsupported means Limits.Disk cannot be enforced by this
+	// process (see Limits.Disk); set Disk to -1 to run without a disk limit.
+	ErrDiskLimitUnsupported = errors.New("sandbox: disk limit not supported here")
+)

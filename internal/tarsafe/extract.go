@@ -1,0 +1,289 @@
+// Package tarsafe unpacks tar streams produced by untrusted containers onto
+// the host without letting them escape the destination directory, and builds
+// the tar streams that are copied into containers.
+//
+// Extract is the security boundary: the stream is assumed hostile. Every
+// filesystem operation goes through an [os.Root] opened on the destination,
+// and entry names, symlink targets and hard-link targets are additionally
+// validated so that nothing that points outside the destination is created.
+package tarsafe
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// ErrUnsafePath is wrapped by the error Extract returns when an entry tries
+// to reach outside the destination directory: absolute, empty or escaping
+// names, names containing NUL, symlinks whose target is absolute or leaves
+// the destination, hard links to anything but a regular file extracted
+// earlier from the same stream, and paths running through a symlink that
+// leads outside.
+var ErrUnsafePath = errors.New("tarsafe: unsafe path")
+
+// ErrTooLarge is wrapped by the error Extract returns when the stream exceeds
+// ExtractOptions.MaxBytes or ExtractOptions.MaxEntries.
+var ErrTooLarge = errors.New("tarsafe: archive too large")
+
+// maxSymlinkHops bounds symlink resolution, like the kernel's ELOOP limit.
+const maxSymlinkHops = 40
+
+// ExtractOptions limits what Extract accepts. Zero values mean unlimited.
+type ExtractOptions struct {
+	// MaxBytes caps the total size of regular-file contents.
+	MaxBytes int64
+	// MaxEntries caps the number of tar headers, skipped ones included.
+	MaxEntries int
+}
+
+// Extract unpacks the tar stream r (for example the body of Docker's
+// GET /containers/{id}/archive) into the existing directory dir and never
+// creates, modifies or follows anything outside dir.
+//
+// Directories, regular files, symlinks and hard links are extracted; all
+// other entry types (character and block devices, FIFOs, pax global headers,
+// unknown types) are skipped silently without looking at their names.
+// Entry names are cleaned ("a/../b" is "b"), and "." may only name a
+// directory, which is then ignored. Files and directories are owned by the
+// calling process whatever the header says: regular files get the header's
+// permission bits without setuid, setgid or sticky, and its modification
+// time; directories get 0755 plus the header's permission bits, and keep
+// the time of their creation. A symlink is stored with its target cleaned,
+// and only if that target, resolved from the link's real directory, stays
+// inside dir. A hard link must name a regular file extracted earlier from
+// the same stream. Whatever exists at an entry's path is removed first
+// (non-empty directories are kept for directory entries and are an error
+// otherwise), so nothing is ever written through an existing symlink or
+// hard link. Entries may pass through symlinks that stay inside dir, such
+// as "a" -> "sub" followed by "a/file".
+//
+// Extract stops at the first error; what was extracted before it remains.
+// Escape attempts return an error wrapping ErrUnsafePath and exceeding opt
+// an error wrapping ErrTooLarge; both quote the offending entry name.
+// Anything already in dir is trusted to stay in place while Extract runs.
+func Extract(r io.Reader, dir string, opt ExtractOptions) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("tarsafe: %w", err)
+	}
+	defer root.Close()
+	x := &extractor{root: root, tr: tar.NewReader(r), opt: opt, files: map[string]bool{}}
+	for n := 1; ; n++ {
+		hdr, err := x.tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		// ErrInsecurePath (GODEBUG tarinsecurepath=0) comes with a usable
+		// header; entry rejects such names itself.
+		if err != nil && !errors.Is(err, tar.ErrInsecurePath) {
+			return fmt.Errorf("tarsafe: reading archive: %w", err)
+		}
+		if opt.MaxEntries > 0 && n > opt.MaxEntries {
+			return fmt.Errorf("%w: more than %d entries at %q", ErrTooLarge, opt.MaxEntries, hdr.Name)
+		}
+		if err := x.entry(hdr); err != nil {
+			return fmt.Errorf("tarsafe: extracting %q: %w", hdr.Name, err)
+		}
+	}
+}
+
+type extractor struct {
+	root  *os.Root
+	tr    *tar.Reader
+	opt   ExtractOptions
+	bytes int64           // regular-file bytes written so far
+	files map[string]bool // real paths of regular files extracted so far
+}
+
+func unsafe(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrUnsafePath}, args...)...)
+}
+
+// cleanName validates a slash-separated name from the archive and returns it
+// cleaned: "." or a relative path without empty, "." or ".." elements.
+func cleanName(name string) (string, error) {
+	c := path.Clean(name)
+	if name == "" || !local(c) {
+		return "", unsafe("invalid or escaping name")
+	}
+	return c, nil
+}
+
+// local reports whether the cleaned slash-separated path p stays lexically
+// inside the directory it is relative to: it is not absolute, does not start
+// with "..", holds no NUL and (on Windows) names no reserved device.
+func local(p string) bool {
+	return !strings.ContainsRune(p, 0) && filepath.IsLocal(filepath.FromSlash(p))
+}
+
+func (x *extractor) entry(hdr *tar.Header) error {
+	switch hdr.Typeflag {
+	case tar.TypeReg, tar.TypeGNUSparse, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
+	default:
+		return nil // devices, FIFOs, global headers, unknown types
+	}
+	name, err := cleanName(hdr.Name)
+	if err != nil {
+		return err
+	}
+	if name == "." {
+		if hdr.Typeflag == tar.TypeDir {
+			return nil
+		}
+		return unsafe("entry would replace the destination directory")
+	}
+	// Work on the real parent directory: its path contains no symlinks, so
+	// ".." in a symlink target below can be checked exactly.
+	parent, err := resolve(x.root, path.Dir(name))
+	if err != nil {
+		return err
+	}
+	if parent != "." {
+		if err := x.root.MkdirAll(parent, 0o755); err != nil {
+			return err
+		}
+	}
+	dst := path.Join(parent, path.Base(name))
+	perm := fs.FileMode(hdr.Mode) & fs.ModePerm
+
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		perm |= 0o755
+		if fi, err := x.root.Lstat(dst); err != nil || !fi.IsDir() {
+			if err := x.remove(dst); err != nil {
+				return err
+			}
+			if err := x.root.Mkdir(dst, perm); err != nil {
+				return err
+			}
+		}
+		return x.root.Chmod(dst, perm)
+
+	case tar.TypeSymlink:
+		if hdr.Linkname == "" || path.IsAbs(hdr.Linkname) || filepath.IsAbs(hdr.Linkname) {
+			return unsafe("absolute or empty symlink target %q", hdr.Linkname)
+		}
+		// Cleaning leaves ".." only at the front, and they climb from the
+		// symlink-free parent, so the lexical check below is exact for
+		// them; what follows only descends, and resolve checks it.
+		target := path.Clean(hdr.Linkname)
+		full := path.Join(parent, target)
+		if !local(full) {
+			return unsafe("symlink target %q escapes", hdr.Linkname)
+		}
+		if _, err := resolve(x.root, full); err != nil {
+			return err
+		}
+		if err := x.remove(dst); err != nil {
+			return err
+		}
+		return x.root.Symlink(filepath.FromSlash(target), dst)
+
+	case tar.TypeLink:
+		lname, err := cleanName(hdr.Linkname)
+		if err != nil {
+			return unsafe("hard link target %q is invalid or escapes", hdr.Linkname)
+		}
+		old, err := resolve(x.root, lname)
+		if err != nil {
+			return err
+		}
+		if fi, err := x.root.Lstat(old); err != nil || !x.files[old] || !fi.Mode().IsRegular() {
+			return unsafe("hard link target %q is not a regular file from this archive", hdr.Linkname)
+		}
+		if err := x.remove(dst); err != nil {
+			return err
+		}
+		if err := x.root.Link(old, dst); err != nil {
+			return err
+		}
+		x.files[dst] = true
+		return nil
+	}
+
+	// Regular file.
+	if x.opt.MaxBytes > 0 && hdr.Size > x.opt.MaxBytes-x.bytes {
+		return fmt.Errorf("%w: more than %d bytes of file data", ErrTooLarge, x.opt.MaxBytes)
+	}
+	x.bytes += hdr.Size
+	if err := x.remove(dst); err != nil {
+		return err
+	}
+	f, err := x.root.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, x.tr)
+	if err == nil {
+		err = f.Chmod(perm) // on the descriptor: no umask, no path race
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	x.files[dst] = true
+	return x.root.Chtimes(dst, time.Time{}, hdr.ModTime)
+}
+
+// remove deletes whatever is at name (never following a final symlink);
+// a missing name is fine, a non-empty directory is an error.
+func (x *extractor) remove(name string) error {
+	if err := x.root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// resolve returns where the slash-separated path p really is inside root,
+// following symlinks as the kernel would; components that do not exist are
+// taken lexically. The result contains no symlinks and no "..". It fails
+// with ErrUnsafePath if the walk would leave root.
+func resolve(root *os.Root, p string) (string, error) {
+	var cur []string // resolved components
+	todo := strings.Split(p, "/")
+	for hops := 0; len(todo) > 0; {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(cur) == 0 {
+				return "", unsafe("path %q leads outside the destination", p)
+			}
+			cur = cur[:len(cur)-1]
+			continue
+		}
+		next := path.Join(path.Join(cur...), c)
+		fi, err := root.Lstat(next)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			cur = append(cur, c)
+			continue
+		}
+		if hops++; hops > maxSymlinkHops {
+			return "", fmt.Errorf("resolving %q: too many symlinks", p)
+		}
+		target, err := root.Readlink(next)
+		if err != nil {
+			return "", err
+		}
+		if target == "" || filepath.IsAbs(target) || path.IsAbs(target) {
+			return "", unsafe("path %q runs through symlink %q to %q", p, next, target)
+		}
+		todo = append(strings.Split(filepath.ToSlash(target), "/"), todo...)
+	}
+	if len(cur) == 0 {
+		return ".", nil
+	}
+	return path.Join(cur...), nil
+}

@@ -1,0 +1,105 @@
+package sandbox
+
+import (
+	"fmt"
+	"time"
+)
+
+// Limits bounds what a sandbox may use. A zero field keeps the default (see
+// DefaultLimits); a negative field removes that limit.
+//
+// How each limit is enforced:
+//
+//   - CPUs: the container's CPU quota (CFS); the sandbox gets at most that
+//     many cores' worth of time.
+//   - Memory: the container's memory cgroup, swap disabled. When the sandbox
+//     exceeds it the kernel's OOM killer ends a process inside, and Exec
+//     reports OOMKilled. Files in /tmp (a tmpfs) count towards it.
+//   - PIDs: the container's pids cgroup; a fork bomb stops at this many
+//     processes and threads. The library keeps one process of its own inside
+//     so that it can still kill commands when the limit is reached.
+//   - Disk: the working directory is an ext4 filesystem of this size,
+//     created by the library as a loop-mounted image and mounted as a Docker
+//     volume; writing past it fails with ENOSPC inside the sandbox. The root
+//     filesystem is read-only, so the working directory (which is also HOME)
+//     and /tmp (a RAM-backed tmpfs of TmpSize) are the only writable places.
+//     Attaching loop devices needs root on the engine's host, and the engine
+//     must run on the same host; otherwise New fails with
+//     ErrDiskLimitUnsupported unless Disk is negative. With Disk < 0 the
+//     working directory is a plain Docker volume bounded only by the host's
+//     disk.
+//   - FileSize: RLIMIT_FSIZE; writing past it fails with EFBIG.
+//   - OpenFiles: RLIMIT_NOFILE.
+//   - ExecTimeout: each command started by Cmd or Exec is killed, with every
+//     process it started, once it has run this long.
+//   - OutputBytes: Exec, Output and CombinedOutput keep at most this many
+//     bytes of each stream; streamed writers see everything.
+//   - Lifetime: the container ends itself after this long, and is removed by
+//     the engine, even if the process that made it has died. (It also ends
+//     as soon as that process dies or closes the sandbox.)
+type Limits struct {
+	CPUs        float64       // default 1
+	Memory      int64         // bytes, no swap; default 512 MiB
+	PIDs        int64         // default 256
+	Disk        int64         // bytes the sandbox may write; default 1 GiB
+	FileSize    int64         // largest single file; default 256 MiB
+	OpenFiles   int64         // default 1024
+	ExecTimeout time.Duration // per command; default 60s
+	OutputBytes int64         // per stream captured by Exec/Output; default 1 MiB
+	Lifetime    time.Duration // default 1h
+	TmpSize     int64         // size of the /tmp tmpfs; default 64 MiB
+}
+
+// DefaultLimits returns the limits a sandbox gets when none are given.
+func DefaultLimits() Limits {
+	return Limits{
+		CPUs:        1,
+		Memory:      512 << 20,
+		PIDs:        256,
+		Disk:        1 << 30,
+		FileSize:    256 << 20,
+		OpenFiles:   1024,
+		ExecTimeout: 60 * time.Second,
+		OutputBytes: 1 << 20,
+		Lifetime:    time.Hour,
+		TmpSize:     64 << 20,
+	}
+}
+
+// merge returns l with each zero field replaced by the one from def.
+func (l Limits) merge(def Limits) Limits {
+	pick := func(v, d int64) int64 {
+		if v == 0 {
+			return d
+		}
+		return v
+	}
+	if l.CPUs == 0 {
+		l.CPUs = def.CPUs
+	}
+	l.Memory = pick(l.Memory, def.Memory)
+	l.PIDs = pick(l.PIDs, def.PIDs)
+	l.Disk = pick(l.Disk, def.Disk)
+	l.FileSize = pick(l.FileSize, def.FileSize)
+	l.OpenFiles = pick(l.OpenFiles, def.OpenFiles)
+	l.ExecTimeout = time.Duration(pick(int64(l.ExecTimeout), int64(def.ExecTimeout)))
+	l.OutputBytes = pick(l.OutputBytes, def.OutputBytes)
+	l.Lifetime = time.Duration(pick(int64(l.Lifetime), int64(def.Lifetime)))
+	l.TmpSize = pick(l.TmpSize, def.TmpSize)
+	return l
+}
+
+// validate reports limits the engine cannot apply.
+func (l Limits) validate() error {
+	switch {
+	case l.Memory > 0 && l.Memory < 6<<20:
+		return fmt.Errorf("sandbox: Limits.Memory %d is below the engine's minimum of 6 MiB", l.Memory)
+	case l.PIDs > 0 && l.PIDs < 8:
+		return fmt.Errorf("sandbox: Limits.PIDs %d leaves no room for the sandbox's own processes (minimum 8)", l.PIDs)
+	case l.Lifetime > 0 && l.Lifetime < time.Second:
+		return fmt.Errorf("sandbox: Limits.Lifetime %v is shorter than one second", l.Lifetime)
+	case l.TmpSize < 0:
+		return fmt.Errorf("sandbox: Limits.TmpSize cannot be unlimited (it is RAM)")
+	}
+	return nil
+}

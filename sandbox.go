@@ -1,0 +1,608 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
+
+	"github.com/agentsandbox/sandbox/internal/disk"
+	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/internal/supervisor"
+)
+
+// DefaultImage is the image used when WithImage is not given.
+const DefaultImage = "python:3.12-slim"
+
+// Sandbox is a running, hardened container that commands and files can be
+// sent to. Create one with New and end it with Close. A Sandbox is safe for
+// concurrent use by multiple goroutines.
+type Sandbox struct {
+	cfg    config
+	cli    *client.Client
+	id     string
+	uid    int
+	gid    int
+	log    *slog.Logger
+	sup    *supervisor.Conn
+	attach types.HijackedResponse
+	volume string       // the workdir volume
+	dev    *disk.Device // backs volume when Limits.Disk > 0
+
+	mu       sync.Mutex
+	closed   bool
+	oomSeen  int64
+	closeErr error
+	closing  sync.Once
+}
+
+// Option configures a sandbox in New.
+type Option func(*config) error
+
+type config struct {
+	image   string
+	pull    bool
+	limits  Limits
+	env     []string
+	workdir string
+	user    string
+	runtime string
+	labels  map[string]string
+	logger  *slog.Logger
+	host    string
+}
+
+// WithImage sets the image the sandbox runs (default DefaultImage). The image
+// needs /bin/sh and sleep. It must already be on the engine unless WithPull
+// is given.
+func WithImage(ref string) Option {
+	return func(c *config) error {
+		if ref == "" {
+			return errors.New("sandbox: WithImage: empty image reference")
+		}
+		c.image = ref
+		return nil
+	}
+}
+
+// WithPull lets New pull the image from its registry when the engine does
+// not have it. Without it, a missing image is ErrImageNotFound, and New never
+// touches the network on its own.
+func WithPull() Option {
+	return func(c *config) error { c.pull = true; return nil }
+}
+
+// WithLimits sets resource limits. Zero fields keep their defaults and
+// negative fields remove a limit; see Limits.
+func WithLimits(l Limits) Option {
+	return func(c *config) error {
+		c.limits = l
+		return nil
+	}
+}
+
+// WithEnv adds environment variables ("KEY=value") to every command in the
+// sandbox. The host's environment is never passed in; this is the only way
+// to set variables besides Cmd.Env.
+func WithEnv(kv ...string) Option {
+	return func(c *config) error {
+		for _, e := range kv {
+			if k, _, ok := strings.Cut(e, "="); !ok || k == "" || strings.ContainsAny(e, "\x00") {
+				return fmt.Errorf("sandbox: WithEnv: %q is not KEY=value", e)
+			}
+		}
+		c.env = append(c.env, kv...)
+		return nil
+	}
+}
+
+// WithWorkdir sets the working directory (default "/workspace"): an absolute
+// path, writable by the sandbox user, where relative file names and commands
+// start. It is also HOME. Paths under /proc, /sys and /dev, and "/", are
+// refused.
+func WithWorkdir(dir string) Option {
+	return func(c *config) error {
+		if !path.IsAbs(dir) {
+			return fmt.Errorf("sandbox: WithWorkdir: %q is not an absolute path", dir)
+		}
+		dir = path.Clean(dir)
+		for _, bad := range []string{"/proc", "/sys", "/dev"} {
+			if dir == bad || strings.HasPrefix(dir, bad+"/") {
+				return fmt.Errorf("sandbox: WithWorkdir: %q is under %s", dir, bad)
+			}
+		}
+		if dir == "/" {
+			return errors.New(`sandbox: WithWorkdir: "/" cannot be the working directory`)
+		}
+		c.workdir = dir
+		return nil
+	}
+}
+
+// WithUser sets the numeric user ("uid" or "uid:gid") commands run as by
+// default (default "1000:1000"). The user need not exist in the image. Root
+// ("0") is allowed but still has no capabilities.
+func WithUser(user string) Option {
+	return func(c *config) error {
+		if _, _, err := parseUser(user); err != nil {
+			return err
+		}
+		c.user = user
+		return nil
+	}
+}
+
+// WithRuntime selects the engine's OCI runtime, such as "runsc" for gVisor,
+// for stronger isolation. The engine must have it configured.
+func WithRuntime(name string) Option {
+	return func(c *config) error { c.runtime = name; return nil }
+}
+
+// WithLabels adds labels to the sandbox's container. Keys under
+// "dev.agentsandbox." are the library's own and cannot be set.
+func WithLabels(kv map[string]string) Option {
+	return func(c *config) error {
+		for k := range kv {
+			if strings.HasPrefix(k, "dev.agentsandbox.") {
+				return fmt.Errorf("sandbox: WithLabels: %q is a reserved label", k)
+			}
+		}
+		if c.labels == nil {
+			c.labels = map[string]string{}
+		}
+		maps.Copy(c.labels, kv)
+		return nil
+	}
+}
+
+// WithLogger sets the audit log: one structured record per action (create,
+// exec with its arguments, exit code, duration and output sizes, file
+// operations with byte counts, close). The default discards everything.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			l = slog.New(slog.DiscardHandler)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithHost selects the Docker engine ("unix:///var/run/docker.sock",
+// "tcp://host:2376"); TLS material comes from DOCKER_CERT_PATH as with the
+// docker CLI. The default is DOCKER_HOST, else the local socket.
+func WithHost(dockerHost string) Option {
+	return func(c *config) error { c.host = dockerHost; return nil }
+}
+
+func parseUser(u string) (uid, gid int, err error) {
+	us, gs, hasGroup := strings.Cut(u, ":")
+	uid, err = strconv.Atoi(us)
+	if err == nil && hasGroup {
+		gid, err = strconv.Atoi(gs)
+	} else if err == nil {
+		gid = uid
+	}
+	if err != nil || uid < 0 || gid < 0 {
+		return 0, 0, fmt.Errorf("sandbox: user %q must be numeric, \"uid\" or \"uid:gid\"", u)
+	}
+	return uid, gid, nil
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{
+		image:   DefaultImage,
+		workdir: "/workspace",
+		user:    "1000:1000",
+		logger:  slog.New(slog.DiscardHandler),
+	}
+	for _, o := range opts {
+		if err := o(&c); err != nil {
+			return c, err
+		}
+	}
+	c.limits = c.limits.merge(DefaultLimits())
+	return c, c.limits.validate()
+}
+
+// New creates and starts a sandbox. It is hardened without any option: a
+// non-root user with no capabilities, no-new-privileges, Docker's seccomp
+// profile and masked /proc paths, a read-only root filesystem, no network,
+// no host mounts or environment, an init process reaping zombies, and the
+// limits of DefaultLimits. Close it when done; it also ends on its own when
+// the calling process exits or Limits.Lifetime passes.
+func New(ctx context.Context, opts ...Option) (*Sandbox, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return create(ctx, cfg)
+}
+
+func connect(ctx context.Context, host string) (*client.Client, error) {
+	cli, err := engine.Connect(ctx, host)
+	if err != nil {
+		return nil, fmt.Errorf("%w at %s: is dockerd running, and may this user use it? (%v)",
+			ErrEngineUnavailable, engine.Host(host), err)
+	}
+	return cli, nil
+}
+
+// create makes the sandbox; on failure it removes what it made.
+func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
+	start := time.Now()
+	s := &Sandbox{cfg: cfg, log: cfg.logger}
+	s.uid, s.gid, _ = parseUser(cfg.user)
+	defer func() {
+		if err != nil {
+			s.teardown()
+			s.log.LogAttrs(ctx, slog.LevelError, "sandbox.create", slog.String("image", cfg.image), slog.String("error", err.Error()))
+		}
+	}()
+	if s.cli, err = connect(ctx, cfg.host); err != nil {
+		return nil, err
+	}
+	if err := s.ensureImage(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.createVolume(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.createContainer(ctx); err != nil {
+		return nil, err
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.create",
+		slog.String("sandbox", s.ID()), slog.String("image", cfg.image),
+		slog.String("user", cfg.user), slog.String("workdir", cfg.workdir),
+		slog.String("runtime", cfg.runtime), slog.Duration("duration", time.Since(start)))
+	return s, nil
+}
+
+func (s *Sandbox) ensureImage(ctx context.Context) error {
+	_, err := s.cli.ImageInspect(ctx, s.cfg.image)
+	if err == nil {
+		return nil
+	}
+	if !engine.IsNotFound(err) {
+		return s.engineErr("inspect image", err)
+	}
+	if !s.cfg.pull {
+		return fmt.Errorf("%w: %q is not on the engine at %s: build it (docker build -t %s ...) or pull it (docker pull %s), or pass WithPull",
+			ErrImageNotFound, s.cfg.image, engine.Host(s.cfg.host), s.cfg.image, s.cfg.image)
+	}
+	rc, err := s.cli.ImagePull(ctx, s.cfg.image, image.PullOptions{})
+	if err == nil {
+		err = readJSONStream(rc)
+		rc.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %q is not on the engine and pulling it failed: %v", ErrImageNotFound, s.cfg.image, err)
+	}
+	return nil
+}
+
+// createVolume makes the volume the working directory lives on: an ext4
+// image of Limits.Disk bytes, or a plain volume when Disk is unlimited.
+func (s *Sandbox) createVolume(ctx context.Context) error {
+	opts := volume.CreateOptions{Driver: "local", Labels: engine.Labels("workdir", nil)}
+	if s.cfg.limits.Disk > 0 {
+		if err := disk.Supported(); err != nil {
+			return fmt.Errorf("%w: %v", ErrDiskLimitUnsupported, err)
+		}
+		dev, err := disk.Create(ctx, s.cfg.limits.Disk, s.uid, s.gid)
+		if err != nil {
+			return fmt.Errorf("sandbox: creating the %s disk: %w", fmt.Sprintf("%d-byte", s.cfg.limits.Disk), err)
+		}
+		s.dev = dev
+		opts.DriverOpts = map[string]string{"type": "ext4", "device": dev.Path()}
+	}
+	v, err := s.cli.VolumeCreate(ctx, opts)
+	if err != nil {
+		return s.engineErr("create volume", err)
+	}
+	s.volume = v.Name
+	return nil
+}
+
+func (s *Sandbox) baseEnv() []string {
+	env := []string{"HOME=" + s.cfg.workdir, "PYTHONUNBUFFERED=1", "LANG=C.UTF-8"}
+	return append(env, s.cfg.env...) // later entries win
+}
+
+func (s *Sandbox) createContainer(ctx context.Context) error {
+	l := s.cfg.limits
+	lifetime := int64(0)
+	if l.Lifetime > 0 {
+		lifetime = int64((l.Lifetime + time.Second - 1) / time.Second)
+	}
+	init := true
+	cc := &container.Config{
+		Image:        s.cfg.image,
+		Entrypoint:   supervisor.Entrypoint(lifetime),
+		Cmd:          nil,
+		User:         s.cfg.user,
+		WorkingDir:   s.cfg.workdir,
+		Env:          s.baseEnv(),
+		Labels:       engine.Labels("sandbox", s.cfg.labels),
+		Hostname:     "sandbox",
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		OpenStdin:    true,
+		StdinOnce:    true,
+	}
+	hc := &container.HostConfig{
+		AutoRemove:     true,
+		Init:           &init,
+		NetworkMode:    "none",
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges:true"},
+		ReadonlyRootfs: true,
+		LogConfig:      container.LogConfig{Type: "none"},
+		Runtime:        s.cfg.runtime,
+		Tmpfs: map[string]string{"/tmp": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,uid=%d,gid=%d,mode=1777",
+			l.TmpSize, s.uid, s.gid)},
+		Mounts: []mount.Mount{{
+			Type: mount.TypeVolume, Source: s.volume, Target: s.cfg.workdir,
+			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
+		}},
+	}
+	r := &hc.Resources
+	if l.CPUs > 0 {
+		r.NanoCPUs = int64(l.CPUs * 1e9)
+	}
+	if l.Memory > 0 {
+		r.Memory, r.MemorySwap = l.Memory, l.Memory
+	}
+	if l.PIDs > 0 {
+		r.PidsLimit = &l.PIDs
+	}
+	if l.FileSize > 0 {
+		r.Ulimits = append(r.Ulimits, &container.Ulimit{Name: "fsize", Soft: l.FileSize, Hard: l.FileSize})
+	}
+	if l.OpenFiles > 0 {
+		r.Ulimits = append(r.Ulimits, &container.Ulimit{Name: "nofile", Soft: l.OpenFiles, Hard: l.OpenFiles})
+	}
+	created, err := s.cli.ContainerCreate(ctx, cc, hc, nil, nil, "")
+	if err != nil {
+		return s.engineErr("create container", err)
+	}
+	s.id = created.ID
+	if s.attach, err = s.cli.ContainerAttach(ctx, s.id, container.AttachOptions{
+		Stream: true, Stdin: true, Stdout: true, Stderr: true,
+	}); err != nil {
+		return s.engineErr("attach", err)
+	}
+	s.sup = supervisor.Start(stdinCloser{s.attach}, s.attach.Reader)
+	if err := s.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
+		return s.engineErr("start container", err)
+	}
+	n, err := s.sup.OOMKills(ctx)
+	if err != nil {
+		return fmt.Errorf("sandbox: the container's init did not start (does %s have /bin/sh and sleep?): %w", s.cfg.image, err)
+	}
+	s.oomSeen = n
+	return nil
+}
+
+// stdinCloser writes to an attach stream and closes only its write half.
+type stdinCloser struct{ h types.HijackedResponse }
+
+func (w stdinCloser) Write(p []byte) (int, error) { return w.h.Conn.Write(p) }
+func (w stdinCloser) Close() error                { return w.h.CloseWrite() }
+
+// ID returns the sandbox's container ID.
+func (s *Sandbox) ID() string {
+	if s == nil {
+		return ""
+	}
+	return s.id
+}
+
+// check returns ErrClosed or ErrSandboxGone if the sandbox cannot be used.
+func (s *Sandbox) check() error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	select {
+	case <-s.sup.Done():
+		return fmt.Errorf("%w: %s stopped (removed or killed outside the library, or its Lifetime ended)", ErrSandboxGone, shortID(s.id))
+	default:
+		return nil
+	}
+}
+
+// engineErr turns an engine error into one the caller can act on.
+func (s *Sandbox) engineErr(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("sandbox: %s: %w", op, err)
+	case s.id != "" && (engine.IsNotFound(err) || engine.IsConflict(err)) && s.goneNow():
+		return fmt.Errorf("%w: %s: %s: %v", ErrSandboxGone, op, shortID(s.id), err)
+	case engine.IsUnreachable(err):
+		return fmt.Errorf("%w at %s: %s: %v", ErrEngineUnavailable, engine.Host(s.cfg.host), op, err)
+	}
+	return fmt.Errorf("sandbox: %s: %w", op, err)
+}
+
+// goneNow asks the engine whether the container still runs.
+func (s *Sandbox) goneNow() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := s.cli.ContainerInspect(ctx, s.id)
+	return engine.IsNotFound(err) || (err == nil && (info.State == nil || !info.State.Running))
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// Close stops the sandbox and removes its container, its volume and disk,
+// and everything else it made. Commands still running are killed. Close is
+// idempotent and safe to call on a nil Sandbox; later calls return the
+// first call's result.
+func (s *Sandbox) Close() error {
+	if s == nil {
+		return nil
+	}
+	s.closing.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		start := time.Now()
+		s.closeErr = s.teardown()
+		s.log.LogAttrs(context.Background(), slog.LevelInfo, "sandbox.close",
+			slog.String("sandbox", s.id), slog.Duration("duration", time.Since(start)), errAttr(s.closeErr))
+	})
+	return s.closeErr
+}
+
+// teardown removes whatever create made so far.
+func (s *Sandbox) teardown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var errs []error
+	if s.sup != nil {
+		s.sup.Close()
+	}
+	if s.id != "" {
+		err := s.cli.ContainerRemove(ctx, s.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		if err != nil && !engine.IsNotFound(err) && !isRemovalInProgress(err) {
+			errs = append(errs, fmt.Errorf("sandbox: remove container %s: %w", shortID(s.id), err))
+		}
+	}
+	if s.attach.Conn != nil {
+		s.attach.Close()
+		<-s.sup.Done()
+	}
+	if s.volume != "" {
+		if err := removeVolume(ctx, s.cli, s.volume); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.dev != nil {
+		if err := s.dev.Release(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.cli != nil {
+		s.cli.Close()
+	}
+	return errors.Join(errs...)
+}
+
+func isRemovalInProgress(err error) bool {
+	return engine.IsConflict(err) && strings.Contains(err.Error(), "in progress")
+}
+
+// removeVolume removes a volume, waiting for an auto-removed container that
+// still holds it to go away.
+func removeVolume(ctx context.Context, cli *client.Client, name string) error {
+	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
+		err := cli.VolumeRemove(ctx, name, true)
+		if err == nil || engine.IsNotFound(err) {
+			return nil
+		}
+		if !engine.IsConflict(err) { // in use: the container is still being removed
+			return fmt.Errorf("sandbox: remove volume %s: %w", name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sandbox: remove volume %s: %w", name, err)
+		case <-time.After(delay):
+		}
+	}
+}
+
+// Prune removes sandboxes, volumes and snapshots that processes on this
+// host left behind when they died without closing them. It never touches
+// objects whose owner still runs (such as another test run beside this one)
+// or that were made on another host. It returns how many objects it
+// removed. It uses the engine from DOCKER_HOST or the default socket.
+func Prune(ctx context.Context) (int, error) {
+	cli, err := connect(ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	f := filters.NewArgs(filters.Arg("label", engine.LabelManaged+"=true"))
+	var n int
+	var errs []error
+	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return 0, fmt.Errorf("sandbox: prune: %w", err)
+	}
+	for _, c := range cs {
+		if engine.OwnerDead(c.Labels[engine.LabelOwner]) {
+			err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+			if err == nil {
+				n++
+			} else if !engine.IsNotFound(err) && !isRemovalInProgress(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		return n, fmt.Errorf("sandbox: prune: %w", err)
+	}
+	for _, v := range vs.Volumes {
+		if engine.OwnerDead(v.Labels[engine.LabelOwner]) {
+			if err := removeVolume(ctx, cli, v.Name); err != nil {
+				errs = append(errs, err)
+			} else {
+				n++
+			}
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// readJSONStream drains a pull/build progress stream and returns its error.
+func readJSONStream(r io.Reader) error {
+	dec := json.NewDecoder(r)
+	for {
+		var m struct {
+			Error string `json:"error"`
+		}
+		if err := dec.Decode(&m); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if m.Error != "" {
+			return errors.New(m.Error)
+		}
+	}
+}
+
+func errAttr(err error) slog.Attr {
+	if err == nil {
+		return slog.Attr{}
+	}
+	return slog.String("error", err.Error())
+}
