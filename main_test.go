@@ -52,6 +52,14 @@ func run(m *testing.M) int {
 // checkLeaks fails the suite if any engine object made by this process is
 // left, or a goroutine outlived the sandboxes.
 func checkLeaks(before goleak.Option) error {
+	if err := checkObjects(); err != nil {
+		return err
+	}
+	return goleak.Find(before)
+}
+
+// checkObjects reports engine objects this process made and left.
+func checkObjects() error {
 	ctx := context.Background()
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
@@ -82,7 +90,7 @@ func checkLeaks(before goleak.Option) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return goleak.Find(before)
+	return nil
 }
 
 // newSandbox returns a busybox sandbox closed at the end of the test.

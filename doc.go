@@ -1,0 +1,71 @@
+// Package sandbox runs untrusted code — typically code written by a language
+// model — in a hardened Docker container, from Go.
+//
+// A Sandbox is a container with no network, no capabilities, a non-root
+// user, a read-only root filesystem, and limits on CPU, memory, processes,
+// disk, file size, open files, command time, captured output and lifetime.
+// Programs send it files, run commands with streamed output, read results
+// back, and close it; nothing it made remains afterwards.
+//
+//	ctx := context.Background()
+//	sb, err := sandbox.New(ctx,
+//		sandbox.WithImage("python:3.12-slim"),
+//		sandbox.WithLimits(sandbox.Limits{Memory: 256 << 20, ExecTimeout: 30 * time.Second}),
+//	)
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	defer sb.Close()
+//
+//	script := []byte("import csv\nw = csv.writer(open('out.csv', 'w'))\nw.writerow(['n', 'square'])\nfor n in range(5): w.writerow([n, n*n])\nprint('done')\n")
+//	if err := sb.WriteFile(ctx, "main.py", script, 0o644); err != nil {
+//		log.Fatal(err)
+//	}
+//	res, err := sb.Exec(ctx, "python3 main.py")
+//	if err != nil {
+//		log.Fatal(err) // the sandbox or engine failed; a failing script is not an error
+//	}
+//	fmt.Print(res.Stdout)                          // "done"
+//	if res.ExitCode != 0 || res.TimedOut {
+//		fmt.Println("the model's code failed:", res.Stderr) // feed this back to the model
+//	}
+//	csv, err := sb.ReadFile(ctx, "out.csv")
+//
+// # Running commands
+//
+// Exec runs a shell script and returns a Result for an agent's tool loop:
+// stdout and stderr (each bounded by Limits.OutputBytes), the exit code, and
+// whether the command timed out, was truncated or ran out of memory. For
+// more control, Command returns a Cmd that mirrors os/exec: streamed Stdout
+// and Stderr writers, Stdin, pipes, Start and Wait, Output.
+//
+// When a command's context ends or Limits.ExecTimeout passes, the library
+// kills the command and every process it started inside the sandbox, and
+// Wait returns at once; the sandbox stays usable. Docker's exec API has no
+// kill, so the container's main process is a small supervisor (a shell
+// script using builtins only, so it works even when the sandbox is out of
+// process slots) that does it on the library's request.
+//
+// # Files
+//
+// WriteFile, ReadFile, Stat, ReadDir, MkdirAll and Remove work on single
+// paths; CopyIn and CopyOut move trees; FS returns an fs.FS view. CopyOut
+// never writes outside the host directory it is given, whatever the
+// sandbox's code planted (symbolic links to "/", "../" names).
+//
+// # Lifetime and cleanup
+//
+// Close removes the container, its disk and everything else the sandbox
+// made. A sandbox also ends by itself when the process that made it exits
+// (its supervisor's input closes) and after Limits.Lifetime. Every engine
+// object carries labels naming its owner process; Prune removes those whose
+// owner has died.
+//
+// # What is not covered
+//
+// Isolation is that of Docker containers (namespaces, cgroups, seccomp),
+// sharing the host's kernel; use WithRuntime("runsc") for gVisor where the
+// engine has it. The disk limit needs the library to run as root on the
+// engine's host (see Limits). Network policy beyond "none", snapshots and
+// service URLs are not part of this version.
+package sandbox

@@ -1,0 +1,176 @@
+package sandbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agentsandbox/sandbox"
+)
+
+// exampleImage is the image the examples run: any image with /bin/sh works, such as
+// "python:3.12-slim" on a machine with a registry. The tests use a locally
+// built busybox image.
+func exampleImage() string { return busyboxImage }
+
+func ExampleNew() {
+	ctx := context.Background()
+	sb, err := sandbox.New(ctx,
+		sandbox.WithImage(exampleImage()),
+		sandbox.WithLimits(sandbox.Limits{Memory: 128 << 20, ExecTimeout: 10 * time.Second}),
+		sandbox.WithEnv("GREETING=hello"),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sb.Close()
+
+	res, err := sb.Exec(ctx, `echo "$GREETING from $(id -u) in $PWD"`)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(res.Stdout)
+	// Output: hello from 1000 in /workspace
+}
+
+func ExampleSandbox_Exec() {
+	ctx := context.Background()
+	sb, err := sandbox.New(ctx, sandbox.WithImage(exampleImage()),
+		sandbox.WithLimits(sandbox.Limits{ExecTimeout: 2 * time.Second}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sb.Close()
+
+	// A failing command is data for the model, not an error.
+	res, _ := sb.Exec(ctx, "echo partial; cat missing.txt")
+	fmt.Printf("exit %d, stdout %q, stderr %q\n", res.ExitCode, res.Stdout, res.Stderr)
+
+	// A command that never ends is killed with everything it started.
+	res, _ = sb.Exec(ctx, "sleep 1000 & sleep 1000; wait")
+	fmt.Printf("exit %d, timed out %v\n", res.ExitCode, res.TimedOut)
+	// Output:
+	// exit 1, stdout "partial\n", stderr "cat: can't open 'missing.txt': No such file or directory\n"
+	// exit 137, timed out true
+}
+
+func ExampleSandbox_Command() {
+	ctx := context.Background()
+	sb, err := sandbox.New(ctx, sandbox.WithImage(exampleImage()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sb.Close()
+
+	cmd := sb.Command(ctx, "sh", "-c", "for i in 1 2 3; do echo line $i; done; echo oops >&2; exit 2")
+	cmd.Stdout = os.Stdout // streamed as the command prints
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var exitErr *sandbox.ExitError
+	if errors.As(err, &exitErr) {
+		fmt.Printf("exit status %d, stderr %q\n", exitErr.Code, stderr.String())
+	}
+	// Output:
+	// line 1
+	// line 2
+	// line 3
+	// exit status 2, stderr "oops\n"
+}
+
+func ExampleSandbox_WriteFile() {
+	ctx := context.Background()
+	sb, err := sandbox.New(ctx, sandbox.WithImage(exampleImage()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sb.Close()
+
+	if err := sb.WriteFile(ctx, "data/in.txt", []byte("b\na\nc\n"), 0o644); err != nil {
+		fmt.Println("no directory yet:", errors.Is(err, fs.ErrNotExist))
+	}
+	if err := sb.MkdirAll(ctx, "data", 0o755); err != nil {
+		log.Fatal(err)
+	}
+	if err := sb.WriteFile(ctx, "data/in.txt", []byte("b\na\nc\n"), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := sb.Exec(ctx, "sort data/in.txt > data/out.txt"); err != nil {
+		log.Fatal(err)
+	}
+	out, err := sb.ReadFile(ctx, "data/out.txt")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%q\n", out)
+	// Output:
+	// no directory yet: true
+	// "a\nb\nc\n"
+}
+
+func ExampleSandbox_CopyOut() {
+	ctx := context.Background()
+	sb, err := sandbox.New(ctx, sandbox.WithImage(exampleImage()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sb.Close()
+
+	if _, err := sb.Exec(ctx, "mkdir -p report/img && echo '# Report' > report/README.md && echo png > report/img/plot.png"); err != nil {
+		log.Fatal(err)
+	}
+	host, err := os.MkdirTemp("", "example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(host)
+	if err := sb.CopyOut(ctx, "report", host); err != nil {
+		log.Fatal(err)
+	}
+	filepath.WalkDir(host, func(p string, d fs.DirEntry, err error) error {
+		rel, _ := filepath.Rel(host, p)
+		fmt.Println(rel)
+		return err
+	})
+	// Output:
+	// .
+	// report
+	// report/README.md
+	// report/img
+	// report/img/plot.png
+}
+
+func ExampleSandbox_FS() {
+	ctx := context.Background()
+	sb, err := sandbox.New(ctx, sandbox.WithImage(exampleImage()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sb.Close()
+
+	if _, err := sb.Exec(ctx, "mkdir -p src && touch src/a.py src/b.py src/notes.txt"); err != nil {
+		log.Fatal(err)
+	}
+	matches, err := fs.Glob(sb.FS(ctx), "workspace/src/*.py")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(matches)
+	// Output: [workspace/src/a.py workspace/src/b.py]
+}
+
+func ExamplePrune() {
+	// Remove what crashed programs left behind; live sandboxes are untouched.
+	n, err := sandbox.Prune(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = n
+	// Output:
+}
