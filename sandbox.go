@@ -43,6 +43,8 @@ type Sandbox struct {
 	sup    *supervisor.Conn
 	attach types.HijackedResponse
 	volume string       // the workdir volume
+	base   string       // the image the sandbox (or the snapshot it came from) was made from
+	snap   *Snapshot    // the snapshot it was restored from, if any
 	dev    *disk.Device // backs volume when Limits.Disk > 0
 
 	mu       sync.Mutex
@@ -66,6 +68,7 @@ type config struct {
 	labels  map[string]string
 	logger  *slog.Logger
 	host    string
+	restore *Snapshot // set by Snapshot.New
 }
 
 // WithImage sets the image the sandbox runs (default DefaultImage). The image
@@ -247,7 +250,10 @@ func connect(ctx context.Context, host string) (*client.Client, error) {
 // create makes the sandbox; on failure it removes what it made.
 func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 	start := time.Now()
-	s := &Sandbox{cfg: cfg, log: cfg.logger}
+	s := &Sandbox{cfg: cfg, log: cfg.logger, base: cfg.image, snap: cfg.restore}
+	if cfg.restore != nil {
+		s.base = cfg.restore.base
+	}
 	s.uid, s.gid, _ = parseUser(cfg.user)
 	defer func() {
 		if err != nil {
@@ -266,6 +272,11 @@ func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 	}
 	if err := s.createContainer(ctx); err != nil {
 		return nil, err
+	}
+	if cfg.restore != nil {
+		if err := s.restoreWorkdir(ctx); err != nil {
+			return nil, err
+		}
 	}
 	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.create",
 		slog.String("sandbox", s.ID()), slog.String("image", cfg.image),
@@ -511,6 +522,9 @@ func (s *Sandbox) teardown() error {
 	}
 	if s.cli != nil {
 		s.cli.Close()
+	}
+	if s.snap != nil {
+		s.snap.release()
 	}
 	return errors.Join(errs...)
 }
