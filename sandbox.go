@@ -593,6 +593,20 @@ func Prune(ctx context.Context) (int, error) {
 			}
 		}
 	}
+	is, err := cli.ImageList(ctx, image.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return n, fmt.Errorf("sandbox: prune: %w", err)
+	}
+	for _, im := range is {
+		if engine.OwnerDead(im.Labels[engine.LabelOwner]) {
+			_, err := cli.ImageRemove(ctx, im.ID, image.RemoveOptions{PruneChildren: true})
+			if err == nil {
+				n++
+			} else if !engine.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
 	return n, errors.Join(errs...)
 }
 
