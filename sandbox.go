@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,11 +20,13 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 
 	"github.com/agentsandbox/sandbox/internal/disk"
 	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/internal/firewall"
 	"github.com/agentsandbox/sandbox/internal/supervisor"
 )
 
@@ -45,6 +48,7 @@ type Sandbox struct {
 	volume string       // the workdir volume
 	base   string       // the image the sandbox (or the snapshot it came from) was made from
 	snap   *Snapshot    // the snapshot it was restored from, if any
+	net    *netState    // set when the network policy is not "none"
 	dev    *disk.Device // backs volume when Limits.Disk > 0
 
 	mu       sync.Mutex
@@ -69,6 +73,10 @@ type config struct {
 	logger  *slog.Logger
 	host    string
 	restore *Snapshot // set by Snapshot.New
+	network NetworkPolicy
+
+	resolve       resolveFunc    // test hook: the proxy's resolver
+	upstreamRoots *x509.CertPool // test hook: roots for intercepted upstreams
 }
 
 // WithImage sets the image the sandbox runs (default DefaultImage). The image
@@ -270,8 +278,24 @@ func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 	if err := s.createVolume(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.createContainer(ctx); err != nil {
+	var netEnv, dns []string
+	if !cfg.network.none() {
+		if netEnv, dns, err = s.createNetwork(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.createContainer(ctx, netEnv, dns); err != nil {
 		return nil, err
+	}
+	if s.net != nil {
+		if err := s.containerIP(ctx); err != nil {
+			return nil, err
+		}
+		if s.net.ca != nil {
+			if err := s.installCA(ctx); err != nil {
+				return nil, fmt.Errorf("sandbox: installing the egress CA: %w", err)
+			}
+		}
 	}
 	if cfg.restore != nil {
 		if err := s.restoreWorkdir(ctx); err != nil {
@@ -336,7 +360,7 @@ func (s *Sandbox) baseEnv() []string {
 	return append(env, s.cfg.env...) // later entries win
 }
 
-func (s *Sandbox) createContainer(ctx context.Context) error {
+func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) error {
 	l := s.cfg.limits
 	lifetime := int64(0)
 	if l.Lifetime > 0 {
@@ -349,7 +373,7 @@ func (s *Sandbox) createContainer(ctx context.Context) error {
 		Cmd:          nil,
 		User:         s.cfg.user,
 		WorkingDir:   s.cfg.workdir,
-		Env:          s.baseEnv(),
+		Env:          append(s.baseEnv(), netEnv...),
 		Labels:       engine.Labels("sandbox", s.cfg.labels),
 		Hostname:     "sandbox",
 		AttachStdin:  true,
@@ -362,6 +386,7 @@ func (s *Sandbox) createContainer(ctx context.Context) error {
 		AutoRemove:     true,
 		Init:           &init,
 		NetworkMode:    "none",
+		DNS:            dns,
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges:true"},
 		ReadonlyRootfs: true,
@@ -373,6 +398,9 @@ func (s *Sandbox) createContainer(ctx context.Context) error {
 			Type: mount.TypeVolume, Source: s.volume, Target: s.cfg.workdir,
 			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
 		}},
+	}
+	if s.net != nil {
+		hc.NetworkMode = container.NetworkMode(s.net.name)
 	}
 	r := &hc.Resources
 	if l.CPUs > 0 {
@@ -510,6 +538,9 @@ func (s *Sandbox) teardown() error {
 		s.attach.Close()
 		<-s.sup.Done()
 	}
+	if err := s.closeNetwork(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	if s.volume != "" {
 		if err := removeVolume(ctx, s.cli, s.volume); err != nil {
 			errs = append(errs, err)
@@ -592,6 +623,28 @@ func Prune(ctx context.Context) (int, error) {
 				n++
 			}
 		}
+	}
+	nets, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
+	if err != nil {
+		return n, fmt.Errorf("sandbox: prune: %w", err)
+	}
+	for _, nw := range nets {
+		if engine.OwnerDead(nw.Labels[engine.LabelOwner]) {
+			if err := cli.NetworkRemove(ctx, nw.ID); err == nil {
+				n++
+			} else if !engine.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	// Firewall rules of networks that no longer exist.
+	if nets, err = cli.NetworkList(ctx, network.ListOptions{Filters: f}); err == nil {
+		live := map[string]bool{}
+		for _, nw := range nets {
+			live[nw.ID] = true
+		}
+		k, _ := firewall.Prune(ctx, func(tag string) bool { return live[tag] })
+		n += k
 	}
 	is, err := cli.ImageList(ctx, image.ListOptions{All: true, Filters: f})
 	if err != nil {

@@ -1,0 +1,8 @@
+package sandbox
+
+// Test hooks: point the egress proxy's name resolution at local servers and
+// trust a test CA for intercepted upstreams.
+var (
+	WithTestResolver      = withResolver
+	WithTestUpstreamRoots = withUpstreamRoots
+)

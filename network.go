@@ -1,0 +1,434 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/network"
+
+	"github.com/agentsandbox/sandbox/internal/egress"
+	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/internal/firewall"
+)
+
+// NetworkPolicy says what a sandbox may reach. The zero policy is no network
+// at all: the container has only a loopback interface.
+//
+// With Allow set (even to an empty list, as AllowHosts() returns), the
+// sandbox sits alone on an internal Docker network with no route out; the
+// only thing it can reach is an egress proxy that the library runs in this
+// process on the network's gateway, and HTTP_PROXY, HTTPS_PROXY and NO_PROXY
+// (and their lower-case forms) point at it. Host firewall rules drop every
+// other packet from the sandbox to the host, so services the host runs are
+// out of reach; other sandboxes are on other networks. The proxy resolves
+// names itself and connects only to the addresses it checked, refusing
+// loopback, private, link-local (cloud metadata), other special-purpose
+// ranges and the host's own addresses unless a CIDR in Allow names them.
+// DNS from inside the sandbox goes nowhere: only the proxy resolves names.
+// Programs that ignore the proxy variables cannot connect anywhere.
+//
+// Network policies other than the zero one need root on the engine's host
+// (iptables) and a runc runtime (gVisor's runsc here is set up with
+// --network=none).
+type NetworkPolicy struct {
+	// Allow lists what may be reached through the proxy:
+	//   "files.example.org"      that host, ports 80 and 443
+	//   "*.example.com"          any name under example.com (not example.com itself)
+	//   "api.example.com:8443"   that host and port only
+	//   "10.1.2.0/24", "10.1.2.3" addresses (any port), also allowed as literal hosts
+	Allow []string
+	// Open gives full egress (a NAT'ed bridge of its own, host services still
+	// firewalled off). It is an explicit opt-in and excludes Allow.
+	Open bool
+	// Credentials are added by the proxy to requests for their hosts. For
+	// HTTPS the proxy terminates TLS with a per-sandbox CA that the sandbox
+	// trusts (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE and
+	// NODE_EXTRA_CA_CERTS point at it), so the value never enters the
+	// sandbox; it is also scrubbed from responses. Each host must be allowed.
+	Credentials []Credential
+}
+
+// Credential is a header the proxy adds to every request to Host, such as
+// {Host: "api.example.com", Header: "Authorization", Value: "Bearer ..."}.
+type Credential struct {
+	Host, Header, Value string
+}
+
+// AllowHosts returns a policy allowing only the given hosts (patterns as in
+// NetworkPolicy.Allow). With no hosts the sandbox reaches nothing, but has a
+// network, so Expose works.
+func AllowHosts(hosts ...string) NetworkPolicy {
+	return NetworkPolicy{Allow: append([]string{}, hosts...)}
+}
+
+func (p NetworkPolicy) none() bool {
+	return p.Allow == nil && !p.Open && len(p.Credentials) == 0
+}
+
+// WithNetwork sets the sandbox's network policy (default: none).
+func WithNetwork(p NetworkPolicy) Option {
+	return func(c *config) error {
+		if p.Open && len(p.Allow) > 0 {
+			return errors.New("sandbox: WithNetwork: Open and Allow exclude each other")
+		}
+		if p.Open && len(p.Credentials) > 0 {
+			return errors.New("sandbox: WithNetwork: Credentials need an allow-list, not Open")
+		}
+		rules, err := egress.ParseRules(p.Allow)
+		if err != nil {
+			return fmt.Errorf("sandbox: WithNetwork: %w", err)
+		}
+		pol := egress.Policy{Rules: rules}
+		for _, cr := range p.Credentials {
+			h := strings.ToLower(cr.Host)
+			switch {
+			case cr.Header == "" || strings.ContainsAny(cr.Header, " :\r\n") || strings.ContainsAny(cr.Value, "\r\n"):
+				return fmt.Errorf("sandbox: WithNetwork: credential for %q: bad header name or value", cr.Host)
+			case !pol.AllowName(h, 443) && !pol.AllowName(h, 80):
+				return fmt.Errorf("sandbox: WithNetwork: credential host %q is not allowed by the policy", cr.Host)
+			}
+		}
+		if p.Allow == nil && !p.Open && len(p.Credentials) > 0 {
+			return errors.New("sandbox: WithNetwork: Credentials need an allow-list")
+		}
+		p.Allow = append([]string(nil), p.Allow...)
+		if !p.Open && p.Allow == nil && len(p.Credentials) == 0 {
+			p = NetworkPolicy{}
+		}
+		c.network = p
+		return nil
+	}
+}
+
+// netState is what a sandbox with a network owns.
+type netState struct {
+	id       string // network ID
+	name     string
+	bridge   string
+	gateway  string
+	rules    *firewall.Rules
+	proxy    *egress.Proxy
+	proxyL   net.Listener
+	proxyErr chan error
+	ca       *egress.CA
+	ip       string // the container's address
+
+	mu      sync.Mutex
+	exposed map[int]*exposure
+	closed  bool
+}
+
+type exposure struct {
+	url string
+	l   net.Listener
+	wg  sync.WaitGroup
+	mu  sync.Mutex
+	cs  map[net.Conn]struct{}
+}
+
+// subnetBase is where sandbox networks get their /28s: 10.213.0.0/16.
+var subnetBase = netip.MustParseAddr("10.213.0.0")
+
+// createNetwork makes the sandbox's network, firewall and proxy before the
+// container exists. It returns the env vars and DNS servers the container
+// needs.
+func (s *Sandbox) createNetwork(ctx context.Context) (env, dns []string, err error) {
+	p := s.cfg.network
+	if err := firewall.Supported(); err != nil {
+		return nil, nil, fmt.Errorf("sandbox: network policy: %w", err)
+	}
+	var suffix [6]byte
+	rand.Read(suffix[:])
+	tag := hex.EncodeToString(suffix[:])
+	n := &netState{name: "agentsandbox-" + tag, bridge: "asb" + tag, exposed: map[int]*exposure{}}
+	s.net = n
+	var created network.CreateResponse
+	for try := 0; ; try++ {
+		var b [2]byte
+		rand.Read(b[:])
+		base := subnetBase.As4()
+		idx := binary.BigEndian.Uint16(b[:]) & 0x0fff // 4096 /28s
+		base[2], base[3] = byte(idx>>4), byte(idx<<4)
+		subnet := netip.PrefixFrom(netip.AddrFrom4(base), 28)
+		gw := subnet.Addr().Next()
+		created, err = s.cli.NetworkCreate(ctx, n.name, network.CreateOptions{
+			Driver:   "bridge",
+			Internal: !p.Open,
+			IPAM:     &network.IPAM{Config: []network.IPAMConfig{{Subnet: subnet.String(), Gateway: gw.String()}}},
+			Options: map[string]string{
+				"com.docker.network.bridge.name":       n.bridge,
+				"com.docker.network.bridge.enable_icc": "false",
+			},
+			Labels: engine.Labels("network", nil),
+		})
+		if err == nil {
+			n.gateway = gw.String()
+			break
+		}
+		if !strings.Contains(err.Error(), "overlap") || try >= 20 {
+			return nil, nil, s.engineErr("create network", err)
+		}
+	}
+	n.id = created.ID
+	port := 0
+	if !p.Open {
+		if n.proxyL, err = net.Listen("tcp", net.JoinHostPort(n.gateway, "0")); err != nil {
+			return nil, nil, fmt.Errorf("sandbox: egress proxy: %w", err)
+		}
+		port = n.proxyL.Addr().(*net.TCPAddr).Port
+		rules, _ := egress.ParseRules(p.Allow)
+		creds := map[string]egress.Credential{}
+		for _, c := range p.Credentials {
+			creds[strings.ToLower(c.Host)] = egress.Credential{Header: c.Header, Value: c.Value}
+		}
+		if len(creds) > 0 {
+			if n.ca, err = egress.NewCA(); err != nil {
+				return nil, nil, err
+			}
+		}
+		n.proxy = egress.New(egress.Config{
+			Policy: egress.Policy{Rules: rules}, Credentials: creds, CA: n.ca,
+			Resolve: s.cfg.resolve, UpstreamRoots: s.cfg.upstreamRoots,
+			Log: s.logDecision,
+		})
+		n.proxyErr = make(chan error, 1)
+		go func() { n.proxyErr <- n.proxy.Serve(n.proxyL) }()
+		proxyURL := "http://" + net.JoinHostPort(n.gateway, strconv.Itoa(port))
+		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+			env = append(env, k+"="+proxyURL)
+		}
+		env = append(env, "NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1")
+		if n.ca != nil {
+			env = append(env, "SSL_CERT_FILE="+caBundlePath, "REQUESTS_CA_BUNDLE="+caBundlePath,
+				"CURL_CA_BUNDLE="+caBundlePath, "NODE_EXTRA_CA_CERTS="+caPath)
+		}
+		// Queries to the embedded DNS server are forwarded to the gateway,
+		// where the firewall drops them.
+		dns = []string{n.gateway}
+	}
+	if n.rules, err = firewall.Isolate(ctx, n.bridge, n.gateway, port, n.id); err != nil {
+		return nil, nil, fmt.Errorf("sandbox: network policy: %w", err)
+	}
+	return env, dns, nil
+}
+
+// The CA the sandbox trusts lives in /tmp (a tmpfs inside the sandbox).
+const (
+	caPath       = "/tmp/.agentsandbox-ca.pem"
+	caBundlePath = "/tmp/.agentsandbox-ca-bundle.pem"
+)
+
+// systemBundles are where images keep their trusted certificates.
+var systemBundles = []string{
+	"/etc/ssl/certs/ca-certificates.crt", // Debian, Ubuntu, Alpine
+	"/etc/pki/tls/certs/ca-bundle.crt",   // Fedora, RHEL
+	"/etc/ssl/cert.pem",
+}
+
+// installCA writes the sandbox's CA, alone and appended to the image's
+// system bundle, where the environment variables point.
+func (s *Sandbox) installCA(ctx context.Context) error {
+	ca := s.net.ca.CertPEM()
+	bundle := append([]byte(nil), ca...)
+	for _, p := range systemBundles {
+		if sys, err := s.ReadFile(ctx, p); err == nil {
+			bundle = append(append(sys, '\n'), ca...)
+			break
+		}
+	}
+	if err := s.WriteFile(ctx, caPath, ca, 0o644); err != nil {
+		return err
+	}
+	return s.WriteFile(ctx, caBundlePath, bundle, 0o644)
+}
+
+// containerIP records the sandbox's address on its network.
+func (s *Sandbox) containerIP(ctx context.Context) error {
+	info, err := s.cli.ContainerInspect(ctx, s.id)
+	if err != nil {
+		return s.engineErr("inspect", err)
+	}
+	if info.NetworkSettings != nil {
+		if ep := info.NetworkSettings.Networks[s.net.name]; ep != nil {
+			s.net.ip = ep.IPAddress
+		}
+	}
+	if s.net.ip == "" {
+		return errors.New("sandbox: the container got no address on its network")
+	}
+	return nil
+}
+
+func (s *Sandbox) logDecision(d egress.Decision) {
+	attrs := []slog.Attr{slog.String("sandbox", s.id), slog.Bool("allowed", d.Allowed),
+		slog.String("method", d.Method), slog.String("host", d.Host), slog.Int("port", d.Port)}
+	if d.Addr != "" {
+		attrs = append(attrs, slog.String("addr", d.Addr))
+	}
+	if d.Reason != "" {
+		attrs = append(attrs, slog.String("reason", d.Reason))
+	}
+	if d.Credential != "" {
+		attrs = append(attrs, slog.String("credential_header", d.Credential))
+	}
+	attrs = append(attrs, slog.Int64("bytes_up", d.BytesUp), slog.Int64("bytes_down", d.BytesDown))
+	s.log.LogAttrs(context.Background(), slog.LevelInfo, "sandbox.network", attrs...)
+}
+
+// Expose returns a URL on the host's loopback interface ("http://127.0.0.1:PORT")
+// that forwards connections to port inside the sandbox, for a web app the
+// sandbox runs. The sandbox must have a network policy (AllowHosts() with no
+// hosts is enough; it still reaches nothing). Exposing the same port again
+// returns the same URL. When nothing listens on the port, a request gets an
+// HTTP 502 answer saying so. Close removes the listener.
+func (s *Sandbox) Expose(ctx context.Context, port int) (string, error) {
+	if err := s.check(); err != nil {
+		return "", err
+	}
+	if port < 1 || port > 65535 {
+		return "", fmt.Errorf("sandbox: Expose: port %d out of range 1-65535", port)
+	}
+	if s.net == nil {
+		return "", errors.New("sandbox: Expose: the sandbox has no network; create it with WithNetwork(AllowHosts()) or another policy")
+	}
+	n := s.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return "", ErrClosed
+	}
+	if e, ok := n.exposed[port]; ok {
+		return e.url, nil
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("sandbox: Expose: %w", err)
+	}
+	e := &exposure{url: "http://" + l.Addr().String(), l: l, cs: map[net.Conn]struct{}{}}
+	n.exposed[port] = e
+	target := net.JoinHostPort(n.ip, strconv.Itoa(port))
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			e.track(c, true)
+			e.wg.Add(1)
+			go func() {
+				defer e.wg.Done()
+				defer e.track(c, false)
+				defer c.Close()
+				s.forwardExposed(c, target, port)
+			}()
+		}
+	}()
+	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.expose", slog.String("sandbox", s.id),
+		slog.Int("port", port), slog.String("url", e.url))
+	return e.url, nil
+}
+
+func (e *exposure) track(c net.Conn, add bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if add {
+		e.cs[c] = struct{}{}
+	} else {
+		delete(e.cs, c)
+	}
+}
+
+func (e *exposure) close() {
+	e.l.Close()
+	e.mu.Lock()
+	for c := range e.cs {
+		c.Close()
+	}
+	e.mu.Unlock()
+	e.wg.Wait()
+}
+
+// forwardExposed splices a host connection to the sandbox's port.
+func (s *Sandbox) forwardExposed(c net.Conn, target string, port int) {
+	up, err := net.DialTimeout("tcp", target, 5*time.Second)
+	if err != nil {
+		msg := fmt.Sprintf("agentsandbox: nothing accepts connections on port %d in sandbox %s: %v\n", port, shortID(s.id), err)
+		fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(msg), msg)
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{})
+	go func() {
+		io.Copy(up, c)
+		up.(*net.TCPConn).CloseWrite()
+		close(done)
+	}()
+	io.Copy(c, up)
+	c.Close()
+	<-done
+}
+
+// closeNetwork removes the network, proxy, firewall rules and exposures
+// (after the container is gone).
+func (s *Sandbox) closeNetwork(ctx context.Context) error {
+	n := s.net
+	if n == nil {
+		return nil
+	}
+	var errs []error
+	n.mu.Lock()
+	n.closed = true
+	for _, e := range n.exposed {
+		e.close()
+	}
+	n.mu.Unlock()
+	if n.proxy != nil {
+		n.proxy.Close()
+		<-n.proxyErr
+	}
+	if err := n.rules.Remove(); err != nil {
+		errs = append(errs, err)
+	}
+	if n.id != "" {
+		for delay := 10 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
+			err := s.cli.NetworkRemove(ctx, n.id)
+			if err == nil || engine.IsNotFound(err) {
+				break
+			}
+			if ctx.Err() != nil || !(engine.IsConflict(err) || strings.Contains(err.Error(), "active endpoints")) {
+				errs = append(errs, fmt.Errorf("sandbox: remove network: %w", err))
+				break
+			}
+			time.Sleep(delay)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// testing hooks, set through export_test.go.
+type resolveFunc = func(ctx context.Context, host string) ([]netip.Addr, error)
+
+func withResolver(f resolveFunc) Option {
+	return func(c *config) error { c.resolve = f; return nil }
+}
+
+func withUpstreamRoots(p *x509.CertPool) Option {
+	return func(c *config) error { c.upstreamRoots = p; return nil }
+}
+
+
