@@ -430,5 +430,3 @@ func withResolver(f resolveFunc) Option {
 func withUpstreamRoots(p *x509.CertPool) Option {
 	return func(c *config) error { c.upstreamRoots = p; return nil }
 }
-
-
