@@ -1,0 +1,463 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
+
+	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/internal/testimage"
+	"github.com/agentsandbox/sandbox/tools"
+)
+
+// pythonImage is SANDBOX_IMAGE or the project's Debian + python3 image;
+// serverBin is this example built as a program, the way a client runs it.
+var pythonImage, serverBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	var err error
+	if pythonImage, err = testimage.FromEnv(ctx, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "test images:", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "mcp-example-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	serverBin = filepath.Join(dir, "mcp")
+	build := exec.CommandContext(ctx, "go", "build", "-o", serverBin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		return 1
+	}
+
+	before := goleak.IgnoreCurrent()
+	code := m.Run()
+	// The tests make no sandbox themselves; the servers' sandboxes are
+	// checked by each test.
+	if err := leftByOwner(engine.Owner()); err != nil {
+		fmt.Fprintln(os.Stderr, "leak check:", err)
+		return 1
+	}
+	if err := goleak.Find(before); err != nil {
+		fmt.Fprintln(os.Stderr, "leak check:", err)
+		return 1
+	}
+	return code
+}
+
+// lockedBuffer collects a child's standard error.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// server is a running server process and the client session connected to
+// it over its standard input and output.
+type server struct {
+	cmd    *exec.Cmd
+	cs     *mcp.ClientSession
+	stderr *lockedBuffer
+}
+
+// terminateAfter is how long the client's Close waits for the server to
+// exit on its own before sending SIGTERM.
+const terminateAfter = 30 * time.Second
+
+func startServer(t *testing.T, args ...string) *server {
+	t.Helper()
+	s := &server{stderr: &lockedBuffer{}}
+	s.cmd = exec.Command(serverBin, args...)
+	s.cmd.Stderr = s.stderr
+	s.cmd.Env = append(os.Environ(), "SANDBOX_IMAGE="+pythonImage)
+	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "0"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var err error
+	s.cs, err = client.Connect(ctx, &mcp.CommandTransport{Command: s.cmd, TerminateDuration: terminateAfter}, nil)
+	if err != nil {
+		t.Fatalf("connecting to %s: %v\nserver log:\n%s", serverBin, err, s.stderr)
+	}
+	t.Cleanup(func() {
+		s.cs.Close() // no-op if the test closed it
+		if t.Failed() {
+			t.Logf("server log:\n%s", s.stderr)
+		}
+	})
+	return s
+}
+
+// call calls a tool and returns the text of its result and IsError.
+func (s *server) call(t *testing.T, name string, args any) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := s.cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("CallTool %s: %v", name, err)
+	}
+	return text(t, res), res.IsError
+}
+
+// text returns the text of a result made of one text content.
+func text(t *testing.T, res *mcp.CallToolResult) string {
+	t.Helper()
+	if len(res.Content) != 1 {
+		t.Fatalf("result has %d contents, want 1: %+v", len(res.Content), res.Content)
+	}
+	tc, ok := res.Content[0].(*mcp.TextContent)
+	if !ok {
+		t.Fatalf("result content is %T, want *mcp.TextContent", res.Content[0])
+	}
+	return tc.Text
+}
+
+// close closes the client, which closes the server's standard input, and
+// checks that the server exited by itself with status 0.
+func (s *server) close(t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	err := s.cs.Close()
+	took := time.Since(start)
+	if err != nil {
+		t.Errorf("closing the client: %v", err)
+	}
+	if st := s.cmd.ProcessState; st == nil || !st.Exited() || st.ExitCode() != 0 {
+		t.Errorf("server process state after Close: %v, want exit status 0", st)
+	}
+	// The client sends SIGTERM only after terminateAfter; the server must
+	// have gone well before.
+	if took >= terminateAfter {
+		t.Errorf("Close took %v: the server did not exit when its input closed", took)
+	}
+	t.Logf("client Close returned in %v", took)
+}
+
+// ownerPrefix returns the start of the owner label of objects made by the
+// process pid on this host.
+func ownerPrefix(pid int) string {
+	f := strings.Split(engine.Owner(), "/") // hostname/boot-id/pid/start-time
+	return f[0] + "/" + f[1] + "/" + strconv.Itoa(pid) + "/"
+}
+
+// objects lists the sandbox containers and the volumes that process pid
+// made, by their owner label.
+func objects(t *testing.T, pid int) (cs []container.Summary, vols []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	prefix := ownerPrefix(pid)
+	f := filters.NewArgs(filters.Arg("label", engine.LabelManaged+"=true"))
+	all, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range all {
+		if strings.HasPrefix(c.Labels[engine.LabelOwner], prefix) {
+			cs = append(cs, c)
+		}
+	}
+	vl, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vl.Volumes {
+		if strings.HasPrefix(v.Labels[engine.LabelOwner], prefix) {
+			vols = append(vols, v.Name)
+		}
+	}
+	return cs, vols
+}
+
+// waitGone polls until process pid has no container or volume left.
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		cs, vols := objects(t, pid)
+		if len(cs)+len(vols) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server %d left %d containers and volumes %v", pid, len(cs), vols)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// leftByOwner reports objects labelled with owner exactly.
+func leftByOwner(owner string) error {
+	ctx := context.Background()
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	f := filters.NewArgs(filters.Arg("label", engine.LabelOwner+"="+owner))
+	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return err
+	}
+	vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		return err
+	}
+	is, err := cli.ImageList(ctx, image.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return err
+	}
+	if n := len(cs) + len(vs.Volumes) + len(is); n > 0 {
+		return fmt.Errorf("left behind: %d containers, %d volumes, %d images", len(cs), len(vs.Volumes), len(is))
+	}
+	return nil
+}
+
+// jsonValue decodes JSON for comparisons that ignore formatting.
+func jsonValue(t *testing.T, data []byte) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatalf("%s: %v", data, err)
+	}
+	return v
+}
+
+// What package tools answers to the calls of TestServer.
+const (
+	wantBash   = "exit code: 0\n[stdout]\nhello\n42\n"
+	wantCreate = "File created successfully at: /workspace/hello.py (2 lines)."
+	wantView   = "Here's the result of running `cat -n` on /workspace/hello.py:\n     1\tprint('hello')\n     2\tprint(6 * 7)\n"
+	wantRun    = "exit code: 0\n[stdout]\nhello\n42\n"
+	wantSubmit = "Answer recorded. The task is finished; no more tool calls are needed."
+)
+
+func TestServer(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	pid := s.cmd.Process.Pid
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// The three tools, with the schemas and descriptions of package tools.
+	list, err := s.cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatalf("ListTools: %v", err)
+	}
+	defs := tools.New(nil).Definitions()
+	var names, want []string
+	for _, tool := range list.Tools {
+		names = append(names, tool.Name)
+	}
+	for _, d := range defs {
+		want = append(want, d.Name)
+	}
+	slices.Sort(names)
+	slices.Sort(want)
+	if !slices.Equal(names, []string{tools.ExecuteBash, tools.Editor, tools.Submit}) || !slices.Equal(names, want) {
+		t.Fatalf("tools %v, want %v", names, want)
+	}
+	for _, d := range defs {
+		i := slices.IndexFunc(list.Tools, func(tl *mcp.Tool) bool { return tl.Name == d.Name })
+		tool := list.Tools[i]
+		if tool.Description != d.Description {
+			t.Errorf("%s: description %q, want %q", d.Name, tool.Description, d.Description)
+		}
+		got, err := json.Marshal(tool.InputSchema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, w := jsonValue(t, got), jsonValue(t, d.Parameters); !reflect.DeepEqual(g, w) {
+			t.Errorf("%s: input schema %s, want %s", d.Name, got, d.Parameters)
+		}
+	}
+
+	// No sandbox until the first tool call.
+	if cs, vols := objects(t, pid); len(cs)+len(vols) != 0 {
+		t.Errorf("before any call the server has %d containers and volumes %v", len(cs), vols)
+	}
+
+	out, isErr := s.call(t, tools.ExecuteBash, map[string]any{"command": "echo hello; python3 -c 'print(6*7)'"})
+	if isErr || out != wantBash {
+		t.Errorf("execute_bash: %q (IsError %v), want %q", out, isErr, wantBash)
+	}
+	cs, _ := objects(t, pid)
+	if len(cs) != 1 || cs[0].State != "running" || cs[0].Labels[engine.LabelKind] != "sandbox" {
+		t.Fatalf("after the first call the server has containers %+v, want one running sandbox", cs)
+	}
+	sandboxID := cs[0].ID
+
+	const file = "/workspace/hello.py"
+	out, isErr = s.call(t, tools.Editor, map[string]any{
+		"command": "create", "path": file, "file_text": "print('hello')\nprint(6 * 7)\n",
+	})
+	if isErr || out != wantCreate {
+		t.Errorf("create: %q (IsError %v), want %q", out, isErr, wantCreate)
+	}
+	out, isErr = s.call(t, tools.Editor, map[string]any{"command": "view", "path": file})
+	if isErr || out != wantView {
+		t.Errorf("view: %q (IsError %v), want %q", out, isErr, wantView)
+	}
+	// The file is in the same sandbox as the shell.
+	out, isErr = s.call(t, tools.ExecuteBash, map[string]any{"command": "python3 hello.py"})
+	if isErr || out != wantRun {
+		t.Errorf("running the file: %q (IsError %v), want %q", out, isErr, wantRun)
+	}
+	// A model's mistake is text for the model, not an error result.
+	out, isErr = s.call(t, tools.ExecuteBash, map[string]any{"cmd": "ls"})
+	if isErr || !strings.HasPrefix(out, "Error: Unknown parameter \"cmd\"") {
+		t.Errorf("bad arguments: %q (IsError %v), want an \"Error: Unknown parameter\" text", out, isErr)
+	}
+	out, isErr = s.call(t, tools.Submit, map[string]any{"answer": "42"})
+	if isErr || out != wantSubmit {
+		t.Errorf("submit: %q (IsError %v), want %q", out, isErr, wantSubmit)
+	}
+	if cs, _ := objects(t, pid); len(cs) != 1 || cs[0].ID != sandboxID {
+		t.Errorf("after five calls the server has containers %+v, want the one sandbox %.12s", cs, sandboxID)
+	}
+
+	s.close(t)
+	waitGone(t, pid)
+	log := s.stderr.String()
+	for _, line := range []string{`answer submitted: "42"`, "client went away: shutting down", "sandbox " + sandboxID[:12] + " removed"} {
+		if !strings.Contains(log, line) {
+			t.Errorf("server log lacks %q:\n%s", line, log)
+		}
+	}
+}
+
+// TestServerSignal: SIGTERM ends the server promptly, even with a command
+// running, and removes its sandbox.
+func TestServerSignal(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	pid := s.cmd.Process.Pid
+	if out, isErr := s.call(t, tools.ExecuteBash, map[string]any{"command": "echo up"}); isErr || !strings.Contains(out, "up") {
+		t.Fatalf("execute_bash: %q (IsError %v)", out, isErr)
+	}
+	cs, _ := objects(t, pid)
+	if len(cs) != 1 {
+		t.Fatalf("server has %d containers, want 1", len(cs))
+	}
+	id := cs[0].ID
+
+	// A long command is running when the signal comes.
+	type result struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		res, err := s.cs.CallTool(ctx, &mcp.CallToolParams{Name: tools.ExecuteBash,
+			Arguments: map[string]any{"command": "sleep 600"}})
+		done <- result{res, err}
+	}()
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		top, err := cli.ContainerTop(context.Background(), id, nil)
+		if err != nil {
+			t.Fatalf("top: %v", err)
+		}
+		if slices.ContainsFunc(top.Processes, func(p []string) bool { return p[len(p)-1] == "sleep 600" }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sleep 600 did not start: %v", top.Processes)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	start := time.Now()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		// The call ends with the server, never with the command's normal
+		// end. The SDK writes no response once its session is closing, so
+		// the client sees the connection end (EOF) rather than a result.
+		if r.err == nil && !r.res.IsError {
+			t.Errorf("the running call returned a normal result: %+v", r.res.Content)
+		}
+		t.Logf("running call ended after the signal: err %v", r.err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the running call did not end within 20s of SIGTERM")
+	}
+	s.close(t)
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("the server took %v to exit after SIGTERM", took)
+	}
+	waitGone(t, pid)
+	log := s.stderr.String()
+	if !strings.Contains(log, "signal received: shutting down") {
+		t.Errorf("server log lacks the signal:\n%s", log)
+	}
+}
+
+// TestServerNoImage: a sandbox that cannot be made is an error result, and
+// the server stays up and ends cleanly.
+func TestServerNoImage(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "-image", "agentsandbox-test/no-such-image:0")
+	out, isErr := s.call(t, tools.ExecuteBash, map[string]any{"command": "true"})
+	if !isErr || !strings.Contains(out, "image not found") {
+		t.Errorf("execute_bash without the image: %q (IsError %v), want an error result saying image not found", out, isErr)
+	}
+	// The server is still serving.
+	if _, err := s.cs.ListTools(context.Background(), nil); err != nil {
+		t.Errorf("ListTools after the failure: %v", err)
+	}
+	s.close(t)
+	waitGone(t, s.cmd.Process.Pid)
+}
