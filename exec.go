@@ -215,8 +215,11 @@ func (c *Cmd) StderrPipe() (io.ReadCloser, error) {
 
 // wrapper prints the shell's pid (which exec keeps for the command) on the
 // first line of stdout, where the library takes it off, then runs the
-// command. Docker runs every exec as its own session leader.
-const wrapper = `echo $$; exec "$@"`
+// command. Docker runs every exec as its own session leader. SIGXFSZ is
+// ignored (and stays ignored in everything the command runs) so that writing
+// past Limits.FileSize fails with EFBIG ("File too large") instead of
+// killing the writer silently.
+const wrapper = `trap '' XFSZ; echo $$; exec "$@"`
 
 // markVar is the environment variable that tags a command's processes.
 const markVar = "AGENTSANDBOX_EXEC"
@@ -290,6 +293,13 @@ func (c *Cmd) Start() error {
 	stderr := &countWriter{w: orDiscard(c.Stderr), n: &c.stderrN}
 	go func() {
 		_, err := stdcopy.StdCopy(stdout, stderr, c.hijack.Reader)
+		// The output pipes reach EOF when the output ends, so that, as
+		// with os/exec, they can be read to EOF before Wait is called.
+		for _, cl := range c.closers {
+			if pw, ok := cl.(*io.PipeWriter); ok {
+				pw.Close()
+			}
+		}
 		c.copyDone <- err
 	}()
 	if c.Stdin != nil {
@@ -315,22 +325,35 @@ func (c *Cmd) watch(ctx context.Context, user string) {
 	select {
 	case pid = <-c.pid:
 		c.pid <- pid
-	case <-time.After(2 * time.Second): // never printed its pid: nothing ran
+	case <-c.killed: // the stream ended without a pid: nothing ran
+		return
+	case <-time.After(30 * time.Second):
+		// The engine can take seconds to start an exec on a loaded host, so
+		// a missing pid does not mean nothing will run; only give up on a
+		// command the engine has not started in all this time.
 		c.hijack.Close()
 		return
 	}
-	kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	if pid <= 0 { // not the wrapper's pid line: nothing to aim at
+		c.hijack.Close()
+		return
+	}
 	s := c.sb
 	var err error
 	if user == s.cfg.user {
+		kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err = s.sup.Kill(kctx, pid, c.mark)
+		cancel()
 	}
 	if user != s.cfg.user || err != nil {
+		// Another user's processes, or a supervisor that did not answer:
+		// a one-off exec as that user, with a budget of its own.
+		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err = s.killByExec(kctx, user, pid, c.mark)
+		cancel()
 	}
 	if err != nil {
-		s.log.LogAttrs(kctx, slog.LevelWarn, "sandbox.kill", slog.String("sandbox", s.id), slog.Int("pid", pid), slog.String("error", err.Error()))
+		s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox.kill", slog.String("sandbox", s.id), slog.Int("pid", pid), slog.String("error", err.Error()))
 	}
 	// The tree is dead, so the stream ends; if something holds it open
 	// anyway (a process that escaped the sweep), stop reading after a grace.
@@ -410,6 +433,11 @@ func (c *Cmd) Wait() error {
 func (s *Sandbox) execExitCode(id string) (int, error) {
 	ctx := context.Background()
 	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		// After Close the client must not be used: a request would open a
+		// connection that nothing closes any more.
+		if err := s.check(); err != nil {
+			return 0, err
+		}
 		info, err := s.cli.ContainerExecInspect(ctx, id)
 		if err != nil {
 			if err := s.check(); err != nil {

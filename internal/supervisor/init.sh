@@ -24,9 +24,14 @@ marked() {
 # group, its descendants, and every process whose environment carries MARK
 # (which catches daemons that left the session and were re-parented). The
 # members are stopped first so none can fork away, then killed; the scan
-# repeats until nothing new matches.
+# repeats until nothing new matches. T leads its own session and process
+# group (docker exec makes it so), and the whole group is stopped at once
+# first: a scan alone can miss a fork bomb whose short-lived members exit
+# before they are read while their children live on.
 tree() {
 	t=$1 m=$2 set=" $1 " n=0
+	[ "$t" -gt 1 ] 2>/dev/null || return
+	kill -STOP -"$t" 2>/dev/null
 	kill -STOP "$t" 2>/dev/null
 	while [ $n -lt 64 ]; do
 		n=$((n + 1)) more=
@@ -43,6 +48,7 @@ tree() {
 		done
 		[ -z "$more" ] && break
 	done
+	kill -KILL -"$t" 2>/dev/null
 	for p in $set; do kill -KILL "$p" 2>/dev/null; done
 }
 # oom: prints how many processes the kernel's OOM killer has ended in this

@@ -1,0 +1,534 @@
+package sandbox_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/internal/engine"
+)
+
+// Lifecycle, errors, hardening, audit log and gVisor.
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func TestSandboxHardening(t *testing.T) {
+	t.Parallel()
+	sb := newSandbox(t)
+
+	checks := []struct {
+		name, script, want string
+	}{
+		{"non-root", "id -u; id -g", "1000\n1000\n"},
+		// Every capability set is empty, including the bounding set, so
+		// nothing can be regained by exec'ing a setuid or file-cap binary.
+		{"capabilities", "grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status | tr -s '\\t' ' '",
+			"CapInh: 0000000000000000\nCapPrm: 0000000000000000\nCapEff: 0000000000000000\nCapBnd: 0000000000000000\nCapAmb: 0000000000000000\n"},
+		{"no-new-privileges", "grep '^NoNewPrivs:' /proc/self/status | tr -s '\\t' ' '", "NoNewPrivs: 1\n"},
+		// 2 is SECCOMP_MODE_FILTER: Docker's default profile.
+		{"seccomp", "grep '^Seccomp:' /proc/self/status | tr -s '\\t' ' '", "Seccomp: 2\n"},
+		{"proc/sys read-only", "echo evil > /proc/sys/kernel/hostname || echo refused; cat /proc/sys/kernel/hostname", "refused\nsandbox\n"},
+		{"no docker socket", "find / -path /proc -prune -o -path /sys -prune -o -name '*docker.sock' -print 2>/dev/null; ls /var/run/docker.sock /run/docker.sock 2>&1 >/dev/null | wc -l", "2\n"},
+		{"loopback only", "ls /sys/class/net", "lo\n"},
+		{"no host mounts", "grep -cE ' /(home|root|etc/docker|var/lib/docker)( |/)' /proc/mounts", "0\n"},
+		{"workdir writable", "pwd; echo hi > f && cat f && stat -c '%u:%g' f . && echo $HOME", "/workspace\nhi\n1000:1000\n1000:1000\n/workspace\n"},
+		{"tmp writable", "echo hi > /tmp/f && cat /tmp/f", "hi\n"},
+		{"root read-only", "touch /x 2>&1 || true; touch /bin/x 2>&1 || true", "touch: /x: Read-only file system\ntouch: /bin/x: Read-only file system\n"},
+		{"no routes", "wc -l < /proc/net/route", "1\n"},
+		// Docker's masked directories are empty.
+		{"masked /sys/firmware", "ls -A /sys/firmware | wc -l", "0\n"},
+	}
+	for _, c := range checks {
+		r := mustExec(t, sb, c.script)
+		if r.Stdout != c.want {
+			t.Errorf("%s: %q\nstdout %q, want %q\nstderr %q", c.name, c.script, r.Stdout, c.want, r.Stderr)
+		}
+	}
+	// Docker's masked /proc files (those this kernel has: /proc/kcore is
+	// not on every kernel) are /dev/null mounted over them: empty.
+	r := execWant(t, sb, `for f in /proc/kcore /proc/keys /proc/timer_list /proc/sched_debug /proc/latency_stats; do
+	if [ -e $f ]; then echo "$f $(wc -c < $f) $(grep -c " $f " /proc/mounts)"; fi
+done`, 0)
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if len(lines) == 0 || lines[0] == "" {
+		t.Fatalf("none of the masked /proc files exists: %q", r.Stdout)
+	}
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) != 3 || f[1] != "0" || f[2] != "1" {
+			t.Errorf("masked path: %q, want it empty and mounted over", l)
+		}
+	}
+}
+
+// TestSandboxHostEnvNotInherited sets a variable in this process (so it
+// cannot run in parallel) and checks that it does not reach the sandbox.
+func TestSandboxHostEnvNotInherited(t *testing.T) {
+	key := "AGENTSANDBOX_SECRET_" + strings.ToUpper(randomHex(4))
+	val := randomHex(16)
+	t.Setenv(key, val)
+	sb := newSandbox(t, sandbox.WithEnv("VISIBLE=yes"))
+	r := execWant(t, sb, "env", 0)
+	if strings.Contains(r.Stdout, key) || strings.Contains(r.Stdout, val) {
+		t.Errorf("the host's %s reached the sandbox:\n%s", key, r.Stdout)
+	}
+	if !strings.Contains(r.Stdout, "VISIBLE=yes\n") || !strings.Contains(r.Stdout, "HOME=/workspace\n") {
+		t.Errorf("env inside lacks WithEnv or HOME:\n%s", r.Stdout)
+	}
+	// Nothing from the host: the host's HOME and PATH are not there either.
+	if h := os.Getenv("HOME"); h != "" && h != "/workspace" && strings.Contains(r.Stdout, "HOME="+h+"\n") {
+		t.Errorf("host HOME leaked:\n%s", r.Stdout)
+	}
+}
+
+func TestSandboxOptionsRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		opt  sandbox.Option
+		want string
+	}{
+		{"workdir under /proc", sandbox.WithWorkdir("/proc/x"), "/proc"},
+		{"workdir /proc", sandbox.WithWorkdir("/proc"), "/proc"},
+		{"workdir /sys", sandbox.WithWorkdir("/sys"), "/sys"},
+		{"workdir /dev/shm", sandbox.WithWorkdir("/dev/shm"), "/dev"},
+		{"workdir sneaking into /proc", sandbox.WithWorkdir("/work/../proc/1"), "/proc"},
+		{"relative workdir", sandbox.WithWorkdir("relative"), "not an absolute path"},
+		{"workdir /", sandbox.WithWorkdir("/"), `"/"`},
+		{"user name", sandbox.WithUser("nobody"), "must be numeric"},
+		{"negative user", sandbox.WithUser("-1"), "must be numeric"},
+		{"env without =", sandbox.WithEnv("BAD"), `"BAD" is not KEY=value`},
+		{"env empty key", sandbox.WithEnv("=x"), "not KEY=value"},
+		{"reserved label", sandbox.WithLabels(map[string]string{engine.LabelOwner: "someone-else"}), "reserved"},
+		{"empty image", sandbox.WithImage(""), "empty image"},
+	} {
+		sb, err := sandbox.New(testCtx(t), sandbox.WithImage(busyboxImage), tc.opt)
+		if err == nil {
+			sb.Close()
+			t.Errorf("%s: New succeeded", tc.name)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "sandbox: ") {
+			t.Errorf("%s: %v, want an error mentioning %s", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestSandboxOptionsApplied(t *testing.T) {
+	t.Parallel()
+	cli := engineClient(t)
+	tag := randomHex(8)
+	sb := newSandbox(t,
+		sandbox.WithEnv("FOO=bar baz", "EMPTY=", "LANG=C"),
+		sandbox.WithLabels(map[string]string{"test.agentsandbox/case": tag}),
+		sandbox.WithWorkdir("/home/agent/work"),
+		sandbox.WithUser("2000:3000"),
+	)
+	r := execWant(t, sb, `echo "$FOO|${EMPTY-unset}|$LANG|$HOME"; id -u; id -g; pwd; echo x > f && stat -c %u:%g f`, 0)
+	if r.Stdout != "bar baz||C|/home/agent/work\n2000\n3000\n/home/agent/work\n2000:3000\n" {
+		t.Errorf("options inside: %q (stderr %q)", r.Stdout, r.Stderr)
+	}
+	// Files land in the workdir, owned by the user.
+	if err := sb.WriteFile(testCtx(t), "g", []byte("y"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := execWant(t, sb, "stat -c '%u:%g %a' /home/agent/work/g", 0); r.Stdout != "2000:3000 600\n" {
+		t.Errorf("WriteFile's file: %q", r.Stdout)
+	}
+
+	info, err := cli.ContainerInspect(testCtx(t), sb.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.Labels["test.agentsandbox/case"] != tag {
+		t.Errorf("labels %v lack test.agentsandbox/case=%s", info.Config.Labels, tag)
+	}
+	if info.Config.Labels[engine.LabelOwner] != engine.Owner() || info.Config.Labels[engine.LabelManaged] != "true" {
+		t.Errorf("library labels missing: %v", info.Config.Labels)
+	}
+	// The same hardening, seen from the engine.
+	hc := info.HostConfig
+	if !hc.ReadonlyRootfs || hc.NetworkMode != "none" || !slices.Contains(hc.CapDrop, "ALL") ||
+		!slices.Contains(hc.SecurityOpt, "no-new-privileges:true") || hc.Privileged || len(hc.Binds) != 0 {
+		t.Errorf("host config: readonly=%v network=%s capdrop=%v secopt=%v privileged=%v binds=%v",
+			hc.ReadonlyRootfs, hc.NetworkMode, hc.CapDrop, hc.SecurityOpt, hc.Privileged, hc.Binds)
+	}
+	for _, m := range info.Mounts {
+		if m.Type == "bind" {
+			t.Errorf("host bind mount %+v", m)
+		}
+	}
+}
+
+func TestSandboxEngineUnavailable(t *testing.T) {
+	t.Parallel()
+	const sock = "/nonexistent/docker.sock"
+	start := time.Now()
+	sb, err := sandbox.New(testCtx(t), sandbox.WithImage(busyboxImage), sandbox.WithHost("unix://"+sock))
+	if err == nil {
+		sb.Close()
+		t.Fatal("New with a missing engine succeeded")
+	}
+	if !errors.Is(err, sandbox.ErrEngineUnavailable) || !strings.Contains(err.Error(), sock) {
+		t.Errorf("New: %v, want ErrEngineUnavailable naming %s", err, sock)
+	}
+	if errors.Is(err, sandbox.ErrImageNotFound) || sb != nil {
+		t.Errorf("New: %v, %v", sb, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("New took %v to fail", d)
+	}
+}
+
+func TestSandboxImageNotFound(t *testing.T) {
+	t.Parallel()
+	const img = "agentsandbox-test/missing:nope"
+	sb, err := sandbox.New(testCtx(t), sandbox.WithImage(img))
+	if err == nil {
+		sb.Close()
+		t.Fatal("New with a missing image succeeded")
+	}
+	if !errors.Is(err, sandbox.ErrImageNotFound) || !strings.Contains(err.Error(), img) {
+		t.Errorf("New: %v, want ErrImageNotFound naming %s", err, img)
+	}
+	if errors.Is(err, sandbox.ErrEngineUnavailable) {
+		t.Errorf("New: %v also matches ErrEngineUnavailable", err)
+	}
+}
+
+func TestSandboxRemovedBehindOurBack(t *testing.T) {
+	t.Parallel()
+	cli := engineClient(t)
+	sb := newSandbox(t)
+	vol := workdirVolume(t, cli, sb)
+	if err := sb.WriteFile(testCtx(t), "f", []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.ContainerRemove(testCtx(t), sb.ID(), container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	for name, op := range map[string]func(context.Context) error{
+		"Exec": func(ctx context.Context) error { _, err := sb.Exec(ctx, "echo hi"); return err },
+		"WriteFile": func(ctx context.Context) error {
+			return sb.WriteFile(ctx, "g", []byte("y"), 0o644)
+		},
+		"ReadFile": func(ctx context.Context) error { _, err := sb.ReadFile(ctx, "f"); return err },
+		"Cmd.Run":  func(ctx context.Context) error { return sb.Command(ctx, "true").Run() },
+	} {
+		start := time.Now()
+		err := op(testCtx(t))
+		if !errors.Is(err, sandbox.ErrSandboxGone) {
+			t.Errorf("%s on a removed sandbox: %v, want ErrSandboxGone", name, err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s took %v to fail", name, d)
+		}
+	}
+	if err := sb.Close(); err != nil {
+		t.Errorf("Close of a removed sandbox: %v", err)
+	}
+	waitContainerGone(t, cli, sb.ID(), 10*time.Second)
+	assertVolumeGone(t, cli, vol)
+	// Once closed, everything says so.
+	if _, err := sb.Exec(testCtx(t), "true"); !errors.Is(err, sandbox.ErrClosed) {
+		t.Errorf("Exec after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestSandboxClose(t *testing.T) {
+	t.Parallel()
+	cli := engineClient(t)
+	var nilSandbox *sandbox.Sandbox
+	if err := nilSandbox.Close(); err != nil {
+		t.Errorf("Close on a nil *Sandbox: %v", err)
+	}
+
+	sb, err := sandbox.New(testCtx(t), sandbox.WithImage(busyboxImage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := workdirVolume(t, cli, sb)
+	id := sb.ID()
+	if len(id) != 64 {
+		t.Errorf("ID %q is not a container ID", id)
+	}
+	// A command still running at Close is killed with the sandbox.
+	c := sb.Command(context.Background(), "sleep", "300")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for i := 0; i < 3; i++ {
+		if err := sb.Close(); err != nil {
+			t.Errorf("Close #%d: %v", i+1, err)
+		}
+	}
+	if err := c.Wait(); err == nil {
+		t.Error("Wait of a command killed by Close returned nil")
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Close and Wait took %v", d)
+	}
+	if sb.ID() != id {
+		t.Errorf("ID changed after Close")
+	}
+	// Nothing is left: no container with the ID, no volume.
+	_, err = cli.ContainerInspect(testCtx(t), id)
+	if !engine.IsNotFound(err) {
+		t.Errorf("container after Close: %v", err)
+	}
+	cs, err := cli.ContainerList(testCtx(t), container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("id", id))})
+	if err != nil || len(cs) != 0 {
+		t.Errorf("containers with the ID after Close: %d, %v", len(cs), err)
+	}
+	assertVolumeGone(t, cli, vol)
+
+	for name, err := range map[string]error{
+		"Exec":      func() error { _, err := sb.Exec(testCtx(t), "true"); return err }(),
+		"WriteFile": sb.WriteFile(testCtx(t), "f", nil, 0o644),
+		"ReadFile":  func() error { _, err := sb.ReadFile(testCtx(t), "f"); return err }(),
+		"Start":     sb.Command(testCtx(t), "true").Start(),
+	} {
+		if !errors.Is(err, sandbox.ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
+		}
+	}
+}
+
+func TestSandboxConcurrentSandboxes(t *testing.T) {
+	t.Parallel()
+	const n = 8
+	cli := engineClient(t)
+	tag := randomHex(8)
+	label := "test.agentsandbox/concurrent=" + tag
+	sbs := make([]*sandbox.Sandbox, n)
+	vols := make([]string, n)
+	g, ctx := errgroup.WithContext(testCtx(t))
+	for i := range n {
+		g.Go(func() error {
+			sb, err := sandbox.New(ctx, sandbox.WithImage(busyboxImage),
+				sandbox.WithLabels(map[string]string{"test.agentsandbox/concurrent": tag}))
+			if err != nil {
+				return err
+			}
+			sbs[i] = sb
+			info, err := cli.ContainerInspect(ctx, sb.ID())
+			if err != nil {
+				return err
+			}
+			for _, m := range info.Mounts {
+				if m.Destination == "/workspace" {
+					vols[i] = m.Name
+				}
+			}
+			r, err := sb.Exec(ctx, fmt.Sprintf("echo %d > n && cat n && hostname", i))
+			if err != nil {
+				return err
+			}
+			if want := fmt.Sprintf("%d\nsandbox\n", i); r.Stdout != want || r.ExitCode != 0 {
+				return fmt.Errorf("sandbox %d: %+v", i, r)
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	f := filters.NewArgs(filters.Arg("label", label))
+	cs, lerr := cli.ContainerList(testCtx(t), container.ListOptions{All: true, Filters: f})
+	if err == nil && (lerr != nil || len(cs) != n) {
+		t.Errorf("%d containers labelled %s while running, %v; want %d", len(cs), label, lerr, n)
+	}
+	var cg errgroup.Group
+	for _, sb := range sbs {
+		cg.Go(sb.Close) // nil-safe for the ones New failed to make
+	}
+	if cerr := cg.Wait(); cerr != nil {
+		t.Errorf("Close: %v", cerr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err = cli.ContainerList(testCtx(t), container.ListOptions{All: true, Filters: f})
+	if err != nil || len(cs) != 0 {
+		t.Errorf("after Close: %d containers labelled %s, %v", len(cs), label, err)
+	}
+	for _, v := range vols {
+		assertVolumeGone(t, cli, v)
+	}
+}
+
+// recorder is a slog.Handler that keeps every record.
+type recorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *recorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r.Clone())
+	return nil
+}
+func (h *recorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recorder) WithGroup(string) slog.Handler      { return h }
+
+func (h *recorder) all() []slog.Record {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.records)
+}
+
+func attrs(r slog.Record) map[string]slog.Value {
+	m := map[string]slog.Value{}
+	r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.Resolve(); return true })
+	return m
+}
+
+func TestSandboxAuditLog(t *testing.T) {
+	t.Parallel()
+	h := &recorder{}
+	ctx := testCtx(t)
+	sb, err := sandbox.New(ctx, sandbox.WithImage(busyboxImage), sandbox.WithLogger(slog.New(h)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	r, err := sb.Exec(ctx, "echo hi; exit 3")
+	if err != nil || r.ExitCode != 3 || r.Stdout != "hi\n" {
+		t.Fatalf("Exec: %+v, %v", r, err)
+	}
+	if err := sb.WriteFile(ctx, "data.txt", []byte("12345"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := sb.ReadFile(ctx, "data.txt"); err != nil || string(b) != "12345" {
+		t.Fatalf("ReadFile: %q, %v", b, err)
+	}
+	if err := sb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sb.Close() // idempotent: no second record
+
+	recs := h.all()
+	var msgs []string
+	for _, r := range recs {
+		msgs = append(msgs, r.Message)
+	}
+	want := []string{"sandbox.create", "sandbox.exec", "sandbox.file.write", "sandbox.file.read", "sandbox.close"}
+	if !slices.Equal(msgs, want) {
+		t.Fatalf("audit records %q, want %q", msgs, want)
+	}
+	for _, r := range recs {
+		a := attrs(r)
+		if a["sandbox"].String() != sb.ID() {
+			t.Errorf("%s: sandbox attr %v, want %s", r.Message, a["sandbox"], sb.ID())
+		}
+		if _, ok := a["error"]; ok {
+			t.Errorf("%s: error attr %v", r.Message, a["error"])
+		}
+		switch r.Message {
+		case "sandbox.create":
+			if a["image"].String() != busyboxImage || a["user"].String() != "1000:1000" {
+				t.Errorf("create attrs %v", a)
+			}
+		case "sandbox.exec":
+			args, _ := a["args"].Any().([]string)
+			if !slices.Equal(args, []string{"/bin/sh", "-c", "echo hi; exit 3"}) {
+				t.Errorf("exec args %v", a["args"])
+			}
+			if a["exit_code"].Int64() != 3 || a["stdout_bytes"].Int64() != 3 || a["stderr_bytes"].Int64() != 0 {
+				t.Errorf("exec attrs %v", a)
+			}
+			if d := a["duration"]; d.Kind() != slog.KindDuration || d.Duration() <= 0 {
+				t.Errorf("exec duration %v", d)
+			}
+		case "sandbox.file.write", "sandbox.file.read":
+			if a["bytes"].Int64() != 5 || a["path"].String() != "/workspace/data.txt" {
+				t.Errorf("%s attrs %v", r.Message, a)
+			}
+		}
+		if r.Level != slog.LevelInfo {
+			t.Errorf("%s at level %v", r.Message, r.Level)
+		}
+	}
+}
+
+func TestSandboxGVisor(t *testing.T) {
+	t.Parallel()
+	cli := engineClient(t)
+	info, err := cli.Info(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := info.Runtimes["runsc"]; !ok {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the engine has no runsc runtime (gVisor); .ci/run registers it")
+		}
+		t.Skip("the engine has no runsc runtime (gVisor)")
+	}
+	sb := newSandbox(t, sandbox.WithRuntime("runsc"))
+	ci, err := cli.ContainerInspect(testCtx(t), sb.ID())
+	if err != nil || ci.HostConfig.Runtime != "runsc" {
+		t.Fatalf("runtime %q, %v", ci.HostConfig.Runtime, err)
+	}
+
+	// gVisor's kernel introduces itself.
+	r := execWant(t, sb, "dmesg", 0)
+	if !strings.Contains(r.Stdout, "Starting gVisor") {
+		t.Errorf("dmesg under runsc: %q", r.Stdout)
+	}
+	if r := execWant(t, sb, "id -u; cat /sys/class/net/*/operstate 2>/dev/null; ls /sys/class/net", 0); !strings.HasPrefix(r.Stdout, "1000\n") || !strings.HasSuffix(r.Stdout, "lo\n") {
+		t.Errorf("user and network under runsc: %q", r.Stdout)
+	}
+
+	// Exec, including a kill on timeout.
+	if r := execWant(t, sb, "echo hi; echo err >&2; exit 4", 4); r.Stdout != "hi\n" || r.Stderr != "err\n" {
+		t.Errorf("exec under runsc: %+v", r)
+	}
+	ctx, cancel := context.WithTimeout(testCtx(t), time.Second)
+	defer cancel()
+	r, err = sb.Exec(ctx, "sleep 300 & sleep 301; echo not reached")
+	if err != nil || !r.TimedOut || r.ExitCode != 137 || r.Stdout != "" {
+		t.Errorf("timeout under runsc: %+v, %v", r, err)
+	}
+	if r.Duration > 4*time.Second {
+		t.Errorf("kill under runsc took %v after a 1s deadline", r.Duration)
+	}
+	if out := execWant(t, sb, "ps -o args", 0).Stdout; strings.Contains(out, "sleep 30") {
+		t.Errorf("sleeps survived the kill under runsc:\n%s", out)
+	}
+
+	// Files round-trip through the engine's archive API.
+	data := []byte("gvisor\x00bytes\n")
+	if err := sb.WriteFile(testCtx(t), "f.bin", data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sb.ReadFile(testCtx(t), "f.bin")
+	if err != nil || string(got) != string(data) {
+		t.Errorf("ReadFile under runsc: %q, %v", got, err)
+	}
+	if r := execWant(t, sb, "stat -c '%s %a %u' f.bin; echo made > g", 0); r.Stdout != fmt.Sprintf("%d 640 1000\n", len(data)) {
+		t.Errorf("file under runsc: %q", r.Stdout)
+	}
+	if got, err := sb.ReadFile(testCtx(t), "g"); err != nil || string(got) != "made\n" {
+		t.Errorf("ReadFile of a file made inside: %q, %v", got, err)
+	}
+}
