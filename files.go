@@ -15,9 +15,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/tarsafe"
 )
 
@@ -26,9 +28,10 @@ import (
 // *fs.PathError values, and a missing file satisfies
 // errors.Is(err, fs.ErrNotExist). WriteFile, ReadFile, Stat and the Copy
 // methods go through the engine's archive API (which resolves symbolic
-// links inside the container, never on the host); ReadDir, MkdirAll and
-// Remove run a small shell command as the sandbox user, so they are bound
-// by that user's permissions.
+// links inside the container, never on the host), except under /tmp, /dev,
+// /proc and /sys and for names that are not UTF-8 (see viaExec); ReadDir,
+// MkdirAll, Remove and those exceptions run a small shell command as the
+// sandbox user, so they are bound by that user's permissions.
 
 // abs returns the absolute, clean path of name in the sandbox.
 func (s *Sandbox) abs(name string) string {
@@ -64,6 +67,15 @@ func (s *Sandbox) pathErr(op, name string, err error) error {
 		err = syscall.ENOTDIR
 	case strings.Contains(msg, "no space left"):
 		err = syscall.ENOSPC
+	case strings.Contains(msg, "too many links"):
+		err = syscall.ELOOP
+	case engine.IsNotFound(err):
+		// A stat (HEAD request) 404 comes without a message.
+		if s.goneNow() {
+			err = s.engineErr(op, err)
+		} else {
+			err = fs.ErrNotExist
+		}
 	}
 	return &fs.PathError{Op: op, Path: name, Err: err}
 }
@@ -78,6 +90,12 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, data []byte, perm 
 	dir, base := path.Split(p)
 	if base == "" || base == "." || base == ".." {
 		return &fs.PathError{Op: "write", Path: name, Err: syscall.EISDIR}
+	}
+	if viaExec(p) {
+		err := s.writeExec(ctx, p, data, perm)
+		s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.file.write", slog.String("sandbox", s.id),
+			slog.String("path", p), slog.Int("bytes", len(data)), errAttr(err))
+		return s.pathErr("write", name, err)
 	}
 	var buf bytes.Buffer
 	buf.Grow(len(data) + 2048)
@@ -103,6 +121,10 @@ func (s *Sandbox) readFile(ctx context.Context, p, name string) ([]byte, error) 
 		return nil, &fs.PathError{Op: "read", Path: name, Err: err}
 	}
 	for hops := 0; hops < 40; hops++ {
+		if viaExec(p) {
+			data, err := s.readExec(ctx, p)
+			return data, s.pathErr("read", name, err)
+		}
 		rc, _, err := s.cli.CopyFromContainer(ctx, s.id, p)
 		if err != nil {
 			return nil, s.pathErr("read", name, err)
@@ -149,9 +171,33 @@ func (s *Sandbox) stat(ctx context.Context, name string, follow bool) (fs.FileIn
 		return nil, &fs.PathError{Op: "stat", Path: name, Err: err}
 	}
 	p := s.abs(name)
+	if viaExec(p) {
+		fi, err := s.statExec(ctx, p, follow)
+		if err != nil {
+			return nil, s.pathErr("stat", name, err)
+		}
+		return fi, nil
+	}
 	st, err := s.cli.ContainerStatPath(ctx, s.id, p)
+	if err != nil && !engine.IsNotFound(err) && ctx.Err() == nil && s.check() == nil {
+		// The engine fails (500, no message) on a symbolic link loop,
+		// which it tries to resolve; stat(1) answers.
+		fi, err := s.statExec(ctx, p, follow)
+		if err != nil {
+			return nil, s.pathErr("stat", name, err)
+		}
+		return fi, nil
+	}
 	if err != nil {
 		return nil, s.pathErr("stat", name, err)
+	}
+	if follow && st.Mode&fs.ModeSymlink != 0 && viaExec(st.LinkTarget) {
+		fi, err := s.statExec(ctx, st.LinkTarget, true)
+		if err != nil {
+			return nil, s.pathErr("stat", name, err)
+		}
+		fi.st.Name = st.Name
+		return fi, nil
 	}
 	if follow && st.Mode&fs.ModeSymlink != 0 {
 		target, err := s.cli.ContainerStatPath(ctx, s.id, st.LinkTarget)
@@ -278,6 +324,7 @@ func scriptErr(code int, out []byte) error {
 // combined output (bounded) and exit code.
 func (s *Sandbox) script(ctx context.Context, script string, args ...string) ([]byte, int, error) {
 	out := newCapture(16 << 20)
+	script, args = shArgs(script, args)
 	c := s.Command(ctx, "/bin/sh", append([]string{"-c", script, "sh"}, args...)...)
 	c.Stdout, c.Stderr = out, out
 	err := c.Run()
@@ -289,6 +336,153 @@ func (s *Sandbox) script(ctx context.Context, script string, args ...string) ([]
 		return out.Bytes(), ee.Code, nil
 	}
 	return out.Bytes(), 0, err
+}
+
+// viaExec reports whether the absolute path p lies on a file system that
+// exists only inside the container's mount namespace (the /tmp tmpfs, and
+// /dev, /proc, /sys), which the engine's archive API cannot see (there it
+// reads and writes the read-only image layer underneath instead), or is not
+// valid UTF-8, which the engine's API mangles. Such files are read, written
+// and stat'ed by a command run as the sandbox user.
+func viaExec(p string) bool {
+	if !utf8.ValidString(p) {
+		return true
+	}
+	for _, m := range [...]string{"/tmp", "/dev", "/proc", "/sys"} {
+		if p == m || strings.HasPrefix(p, m+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+var errNoArchive = fmt.Errorf("%w: the engine cannot copy trees to or from /tmp, /dev, /proc, /sys or a path that is not UTF-8; use WriteFile and ReadFile there", errors.ErrUnsupported)
+
+// shArgs returns script and args ready to pass through the engine's JSON
+// API, which replaces bytes that are not UTF-8: if an arg is not valid
+// UTF-8, every arg's backslashes and non-ASCII bytes are escaped for
+// printf's %b, and the script starts by decoding them.
+func shArgs(script string, args []string) (string, []string) {
+	if !slices.ContainsFunc(args, func(a string) bool { return !utf8.ValidString(a) }) {
+		return script, args
+	}
+	enc := make([]string, len(args))
+	for i, a := range args {
+		var b strings.Builder
+		for _, c := range []byte(a) {
+			if c == '\\' || c >= 0x80 {
+				fmt.Fprintf(&b, "\\0%03o", c)
+			} else {
+				b.WriteByte(c)
+			}
+		}
+		enc[i] = b.String()
+	}
+	const decode = `n=$#; while [ "$n" -gt 0 ]; do a=$(printf '%bx' "$1"); shift; set -- "$@" "${a%x}"; n=$((n-1)); done
+`
+	return decode + script, enc
+}
+
+// runIO runs script as the sandbox user with args, stdin and stdout, and
+// returns the error its exit code or standard error stands for.
+func (s *Sandbox) runIO(ctx context.Context, script string, stdin io.Reader, stdout io.Writer, args ...string) error {
+	stderr := newCapture(64 << 10)
+	script, args = shArgs(script, args)
+	c := s.Command(ctx, "/bin/sh", append([]string{"-c", script, "sh"}, args...)...)
+	c.Stdin, c.Stdout, c.Stderr = stdin, stdout, stderr
+	err := c.Run()
+	var ee *ExitError
+	switch {
+	case err == nil:
+		return nil
+	case !errors.As(err, &ee):
+		return err
+	case ee.cause != nil:
+		return ee.cause
+	case ee.Code == 5:
+		return syscall.EISDIR
+	}
+	msg := stderr.String()
+	switch {
+	case strings.Contains(msg, "No such file"):
+		return fs.ErrNotExist
+	case strings.Contains(msg, "Not a directory"):
+		return syscall.ENOTDIR
+	case strings.Contains(msg, "Too many levels of symbolic links"):
+		return syscall.ELOOP
+	case strings.Contains(msg, "No space left"):
+		return syscall.ENOSPC
+	case strings.Contains(msg, "Permission denied"):
+		return fs.ErrPermission
+	case strings.Contains(msg, "Read-only file system"):
+		return syscall.EROFS
+	}
+	return scriptErr(ee.Code, []byte(msg))
+}
+
+// writeExec replaces the file p (never writing through a symbolic link)
+// with data and permissions perm.
+func (s *Sandbox) writeExec(ctx context.Context, p string, data []byte, perm fs.FileMode) error {
+	return s.runIO(ctx, `d=${1%/*}; [ -e "${d:-/}" ] || exit 2; [ -d "${d:-/}" ] || exit 3
+[ -d "$1" ] && [ ! -L "$1" ] && exit 5
+{ [ ! -e "$1" ] && [ ! -L "$1" ]; } || rm -f "$1" || exit 1
+umask 077; cat > "$1" && chmod "$2" "$1"`, bytes.NewReader(data), nil,
+		p, strconv.FormatUint(uint64(perm.Perm()), 8))
+}
+
+// readExec reads the file p, following symbolic links.
+func (s *Sandbox) readExec(ctx context.Context, p string) ([]byte, error) {
+	var out bytes.Buffer
+	err := s.runIO(ctx, `[ -e "$1" ] || exit 2; [ -d "$1" ] && exit 5; exec cat "$1"`, nil, &out, p)
+	if err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// statExec stats p with stat(1), following a final symbolic link if follow.
+func (s *Sandbox) statExec(ctx context.Context, p string, follow bool) (fileInfo, error) {
+	var out bytes.Buffer
+	script := `exec stat -c '%f %s %Y' "$1"`
+	if follow {
+		script = `exec stat -L -c '%f %s %Y' "$1"`
+	}
+	if err := s.runIO(ctx, script, nil, &out, p); err != nil {
+		return fileInfo{}, err
+	}
+	var raw uint32
+	var size, mtime int64
+	if _, err := fmt.Sscanf(out.String(), "%x %d %d", &raw, &size, &mtime); err != nil {
+		return fileInfo{}, fmt.Errorf("unexpected stat output %q: %w", out.String(), err)
+	}
+	mode := fs.FileMode(raw & 0o777)
+	switch raw & 0o170000 {
+	case 0o060000:
+		mode |= fs.ModeDevice
+	case 0o020000:
+		mode |= fs.ModeDevice | fs.ModeCharDevice
+	case 0o040000:
+		mode |= fs.ModeDir
+	case 0o010000:
+		mode |= fs.ModeNamedPipe
+	case 0o120000:
+		mode |= fs.ModeSymlink
+	case 0o140000:
+		mode |= fs.ModeSocket
+	case 0o100000:
+	default:
+		mode |= fs.ModeIrregular
+	}
+	if raw&0o4000 != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if raw&0o2000 != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if raw&0o1000 != 0 {
+		mode |= fs.ModeSticky
+	}
+	return fileInfo{container.PathStat{Name: path.Base(p), Size: size, Mode: mode, Mtime: time.Unix(mtime, 0)}}, nil
 }
 
 // MkdirAll creates the named directory and any missing parents with
@@ -330,6 +524,9 @@ func (s *Sandbox) Remove(ctx context.Context, name string) error {
 // copied when src implements fs.ReadLinkFS.
 func (s *Sandbox) CopyIn(ctx context.Context, dst string, src fs.FS) error {
 	p := s.abs(dst)
+	if viaExec(p) {
+		return &fs.PathError{Op: "copyin", Path: dst, Err: errNoArchive}
+	}
 	if err := s.MkdirAll(ctx, p, 0o755); err != nil {
 		return err
 	}
@@ -358,6 +555,9 @@ func (s *Sandbox) CopyOut(ctx context.Context, src, hostDir string) error {
 		return &fs.PathError{Op: "copyout", Path: src, Err: err}
 	}
 	p := s.abs(src)
+	if viaExec(p) {
+		return &fs.PathError{Op: "copyout", Path: src, Err: errNoArchive}
+	}
 	rc, _, err := s.cli.CopyFromContainer(ctx, s.id, p)
 	if err != nil {
 		return s.pathErr("copyout", src, err)
