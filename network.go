@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/x509"
@@ -11,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -57,7 +59,8 @@ type NetworkPolicy struct {
 	// HTTPS the proxy terminates TLS with a per-sandbox CA that the sandbox
 	// trusts (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE and
 	// NODE_EXTRA_CA_CERTS point at it), so the value never enters the
-	// sandbox; it is also scrubbed from responses. Each host must be allowed.
+	// sandbox; it is also scrubbed from responses. Each host must be allowed
+	// (by a name rule, on any port, or as an IP literal in a CIDR rule).
 	Credentials []Credential
 }
 
@@ -97,14 +100,16 @@ func WithNetwork(p NetworkPolicy) Option {
 			switch {
 			case cr.Header == "" || strings.ContainsAny(cr.Header, " :\r\n") || strings.ContainsAny(cr.Value, "\r\n"):
 				return fmt.Errorf("sandbox: WithNetwork: credential for %q: bad header name or value", cr.Host)
-			case !pol.AllowName(h, 443) && !pol.AllowName(h, 80):
+			case !pol.AllowHost(h):
 				return fmt.Errorf("sandbox: WithNetwork: credential host %q is not allowed by the policy", cr.Host)
 			}
 		}
 		if p.Allow == nil && !p.Open && len(p.Credentials) > 0 {
 			return errors.New("sandbox: WithNetwork: Credentials need an allow-list")
 		}
-		p.Allow = append([]string(nil), p.Allow...)
+		if p.Allow != nil { // an empty list (AllowHosts()) must stay non-nil
+			p.Allow = append([]string{}, p.Allow...)
+		}
 		if !p.Open && p.Allow == nil && len(p.Credentials) == 0 {
 			p = NetworkPolicy{}
 		}
@@ -367,6 +372,13 @@ func (e *exposure) close() {
 func (s *Sandbox) forwardExposed(c net.Conn, target string, port int) {
 	up, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
+		// Answer once the request is in: a response that comes before it
+		// is dropped by clients (Go's: "unsolicited response").
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+			io.Copy(io.Discard, io.LimitReader(req.Body, 1<<20))
+		}
+		c.SetReadDeadline(time.Time{})
 		msg := fmt.Sprintf("agentsandbox: nothing accepts connections on port %d in sandbox %s: %v\n", port, shortID(s.id), err)
 		fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(msg), msg)
 		return

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/netip"
 	"strconv"
@@ -68,15 +69,18 @@ type Config struct {
 
 // Proxy is a forward proxy for one sandbox.
 type Proxy struct {
-	cfg   Config
-	local map[netip.Addr]bool // this host's own addresses
-	srv   *http.Server
-	rp    *httputil.ReverseProxy
-	tr    *http.Transport
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	done  chan struct{}
+	cfg    Config
+	local  map[netip.Addr]bool // this host's own addresses
+	srv    *http.Server
+	rp     *httputil.ReverseProxy
+	tr     *http.Transport
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	done   chan struct{}
+	ctx    context.Context // ends at Close; intercepted requests run under it
+	cancel context.CancelFunc
 }
 
 // New returns a proxy; call Serve to run it.
@@ -93,6 +97,7 @@ func New(cfg Config) *Proxy {
 		}
 	}
 	p := &Proxy{cfg: cfg, local: localAddrs(), conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.tr = &http.Transport{
 		DialContext:           p.dialChecked,
 		TLSClientConfig:       &tls.Config{RootCAs: cfg.UpstreamRoots},
@@ -107,7 +112,15 @@ func New(cfg Config) *Proxy {
 		Transport:     p.tr,
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			http.Error(w, "agentsandbox proxy: upstream: "+err.Error(), http.StatusBadGateway)
+			status, reason := http.StatusBadGateway, "upstream: "+err.Error()
+			var de *deniedError
+			if errors.As(err, &de) {
+				status, reason = http.StatusForbidden, de.reason
+			}
+			if t, _ := r.Context().Value(ctxKey{}).(*target); t != nil {
+				t.dec.Reason = reason
+			}
+			http.Error(w, "agentsandbox proxy: "+r.URL.Host+": "+reason, status)
 		},
 	}
 	p.srv = &http.Server{Handler: http.HandlerFunc(p.serveHTTP), ReadHeaderTimeout: 30 * time.Second}
@@ -127,8 +140,10 @@ func (p *Proxy) Serve(l net.Listener) error {
 // goroutines.
 func (p *Proxy) Close() error {
 	close(p.done)
+	p.cancel()
 	err := p.srv.Close()
 	p.mu.Lock()
+	p.closed = true
 	for c := range p.conns {
 		c.Close()
 	}
@@ -198,8 +213,17 @@ func (p *Proxy) logOnce(d *Decision) {
 	}
 }
 
+// deniedError is a dial the policy refused (as opposed to a network
+// failure).
+type deniedError struct{ reason string }
+
+func (e *deniedError) Error() string { return e.reason }
+
 // dialChecked resolves the target once and dials only an allowed address,
-// so a name that resolves to a forbidden address (or rebinds) fails.
+// so a name that resolves to a forbidden address (or rebinds) fails with a
+// *deniedError. It runs on the http.Transport's dialing goroutine, which can
+// outlive the request, so it leaves the target's Decision alone; callers
+// record the outcome.
 func (p *Proxy) dialChecked(ctx context.Context, network, addr string) (net.Conn, error) {
 	t, _ := ctx.Value(ctxKey{}).(*target)
 	if t == nil {
@@ -213,7 +237,7 @@ func (p *Proxy) dialChecked(ctx context.Context, network, addr string) (net.Conn
 		addrs, err = p.cfg.Resolve(rctx, t.host)
 		cancel()
 		if err != nil {
-			return nil, p.deny(t.dec, "cannot resolve: "+err.Error())
+			return nil, fmt.Errorf("cannot resolve %s: %w", t.host, err)
 		}
 	}
 	var ok []netip.Addr
@@ -224,7 +248,7 @@ func (p *Proxy) dialChecked(ctx context.Context, network, addr string) (net.Conn
 		}
 	}
 	if len(ok) == 0 {
-		return nil, p.deny(t.dec, fmt.Sprintf("resolves to forbidden address %v", addrs))
+		return nil, &deniedError{fmt.Sprintf("resolves to forbidden address %v", addrs)}
 	}
 	var d net.Dialer
 	var err error
@@ -232,17 +256,24 @@ func (p *Proxy) dialChecked(ctx context.Context, network, addr string) (net.Conn
 		var c net.Conn
 		c, err = d.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(t.port)).String())
 		if err == nil {
-			t.dec.Addr = c.RemoteAddr().String()
-			t.dec.Allowed = true
 			return c, nil
 		}
 	}
-	t.dec.Reason = "upstream: " + err.Error()
 	return nil, err
 }
 
 func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
+		// Close waits for tunnels and intercepted connections, which
+		// http.Server does not track once hijacked.
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return
+		}
+		p.wg.Add(1)
+		p.mu.Unlock()
+		defer p.wg.Done()
 		p.connect(w, r)
 		return
 	}
@@ -268,6 +299,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
 	r.Header.Del("Proxy-Connection")
 	if t.cred != nil {
 		r.Header.Set(t.cred.Header, t.cred.Value)
+		// Let the transport ask for gzip itself, so it decompresses the
+		// response before the scrubber reads it.
+		r.Header.Del("Accept-Encoding")
 	}
 	up := &countReader{r: r.Body}
 	r.Body = up
@@ -277,9 +311,15 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
 		out = &scrubWriter{countWriter: cw, secret: []byte(t.cred.Value)}
 	}
 	ctx := context.WithValue(r.Context(), ctxKey{}, t)
+	// A kept-alive upstream connection is reused without a dial, so the
+	// request is recorded as allowed when it gets a connection.
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
+		t.dec.Allowed, t.dec.Addr = true, i.Conn.RemoteAddr().String()
+	}})
 	p.rp.ServeHTTP(out, r.WithContext(ctx))
 	if s, ok := out.(*scrubWriter); ok {
 		s.flushTail()
+		s.scrubValues() // trailers, set after the body
 	}
 	t.dec.BytesUp, t.dec.BytesDown = up.n.Load(), cw.n
 	p.logOnce(t.dec)
@@ -300,13 +340,16 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	ctx := context.WithValue(r.Context(), ctxKey{}, t)
 	up, err := p.dialChecked(ctx, "tcp", r.Host)
 	if err != nil {
-		status := http.StatusBadGateway
-		if !t.dec.Allowed && strings.HasPrefix(t.dec.Reason, "resolves") {
-			status = http.StatusForbidden
+		status, reason := http.StatusBadGateway, "upstream: "+err.Error()
+		var de *deniedError
+		if errors.As(err, &de) {
+			status, reason = http.StatusForbidden, de.reason
 		}
-		http.Error(w, "agentsandbox proxy: "+r.Host+": "+err.Error(), status)
+		p.deny(t.dec, reason)
+		http.Error(w, "agentsandbox proxy: "+r.Host+": "+reason, status)
 		return
 	}
+	t.dec.Allowed, t.dec.Addr = true, up.RemoteAddr().String()
 	defer up.Close()
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
@@ -360,6 +403,7 @@ func (p *Proxy) intercept(w http.ResponseWriter, t *target) {
 		}
 		req.URL.Scheme, req.URL.Host = "https", net.JoinHostPort(t.host, strconv.Itoa(t.port))
 		req.RequestURI = ""
+		req = req.WithContext(p.ctx) // Close ends requests still waiting upstream
 		rt := &target{host: t.host, port: t.port, cred: t.cred,
 			dec: &Decision{Method: req.Method, Host: t.host, Port: t.port, Credential: t.cred.Header}}
 		rw := newConnResponseWriter(tc)
@@ -462,14 +506,31 @@ type scrubWriter struct {
 	secret []byte
 	tail   []byte
 	wrote  bool
+	drop   bool // the body is encoded and cannot be scrubbed
 }
 
 var redacted = []byte("[redacted]")
 
 func (s *scrubWriter) WriteHeader(code int) {
+	if s.wrote {
+		return
+	}
+	if code < 200 { // informational (103 Early Hints): more headers follow
+		s.scrubValues()
+		s.countWriter.ResponseWriter.WriteHeader(code)
+		return
+	}
 	s.scrubHeaders()
+	if s.drop {
+		code = http.StatusBadGateway
+	}
 	s.countWriter.ResponseWriter.WriteHeader(code)
+	if s.drop {
+		s.countWriter.Write([]byte(encodedMsg))
+	}
 }
+
+const encodedMsg = "agentsandbox proxy: the upstream sent an encoded (compressed) response, which cannot be checked for the credential\n"
 
 func (s *scrubWriter) scrubHeaders() {
 	if s.wrote {
@@ -478,6 +539,19 @@ func (s *scrubWriter) scrubHeaders() {
 	s.wrote = true
 	h := s.countWriter.Header()
 	h.Del("Content-Length") // the body may change length
+	// The transport decompresses gzip it asked for; any other encoding
+	// would hide the secret from the scrubber.
+	if ce := h.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		s.drop = true
+		clear(h)
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		return
+	}
+	s.scrubValues()
+}
+
+func (s *scrubWriter) scrubValues() {
+	h := s.countWriter.Header()
 	for k, vs := range h {
 		for i, v := range vs {
 			h[k][i] = strings.ReplaceAll(v, string(s.secret), string(redacted))
@@ -486,7 +560,12 @@ func (s *scrubWriter) scrubHeaders() {
 }
 
 func (s *scrubWriter) Write(p []byte) (int, error) {
-	s.scrubHeaders()
+	if !s.wrote {
+		s.WriteHeader(http.StatusOK)
+	}
+	if s.drop {
+		return len(p), nil
+	}
 	buf := append(s.tail, p...)
 	buf = bytes.ReplaceAll(buf, s.secret, redacted)
 	keep := min(len(s.secret)-1, len(buf))
@@ -498,7 +577,7 @@ func (s *scrubWriter) Write(p []byte) (int, error) {
 }
 
 func (s *scrubWriter) flushTail() {
-	if len(s.tail) > 0 {
+	if len(s.tail) > 0 && !s.drop {
 		s.countWriter.Write(s.tail)
 		s.tail = nil
 	}
@@ -523,7 +602,7 @@ func newConnResponseWriter(c net.Conn) *connResponseWriter {
 func (w *connResponseWriter) Header() http.Header { return w.h }
 
 func (w *connResponseWriter) WriteHeader(code int) {
-	if w.started {
+	if w.started || code < 200 { // informational responses are not passed on
 		return
 	}
 	w.started, w.code = true, code

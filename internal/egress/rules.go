@@ -74,6 +74,9 @@ func parseRule(p string) (Rule, error) {
 		if err != nil || n < 1 || n > 65535 {
 			return Rule{}, fmt.Errorf("port %q out of range 1-65535", ps)
 		}
+		if _, err := netip.ParseAddr(h); err == nil {
+			return Rule{}, fmt.Errorf("an address rule covers every port: write %s without the port", h)
+		}
 		host, port = h, n
 	} else if strings.Contains(p, ":") {
 		return Rule{}, fmt.Errorf("bad host:port")
@@ -126,7 +129,22 @@ func (p Policy) AllowName(host string, port int) bool {
 		} else {
 			match = host == r.Host
 		}
-		if match && (r.Port == port || r.Port == 0 && (port == 80 || port == 443)) {
+		if match && (r.Port != 0 && r.Port == port || r.Port == 0 && (port == 80 || port == 443)) {
+			return true
+		}
+	}
+	return false
+}
+
+// AllowHost reports whether requests to host may be made on some port: a
+// name rule matches it, or it is an IP literal in a CIDR rule.
+func (p Policy) AllowHost(host string) bool {
+	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		return p.InCIDR(a)
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	for _, r := range p.Rules {
+		if !r.Prefix.IsValid() && (host == r.Host && !r.Wildcard || r.Wildcard && strings.HasSuffix(host, "."+r.Host)) {
 			return true
 		}
 	}

@@ -1,0 +1,1013 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+
+	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/internal/egress"
+	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/internal/firewall"
+)
+
+// ---- helpers ----
+
+func netEngine(t testing.TB) *client.Client {
+	t.Helper()
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatalf("docker client: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func netRandHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// netLog captures a sandbox's audit log as JSON lines.
+type netLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *netLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *netLog) logger() *slog.Logger { return slog.New(slog.NewJSONHandler(l, nil)) }
+
+func (l *netLog) raw() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+func (l *netLog) records(t *testing.T, msg string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(l.raw()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("audit record %q: %v", line, err)
+		}
+		if m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// waitRecords polls the log until want(records) holds: the proxy logs a
+// request after answering it.
+func (l *netLog) waitRecords(t *testing.T, what string, want func([]map[string]any) bool) []map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rs := l.records(t, "sandbox.network")
+		if want(rs) {
+			return rs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s among the audit records:\n%s", what, l.raw())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// netResolver maps .test names to local addresses for the egress proxy.
+func netResolver(m map[string]string) func(context.Context, string) ([]netip.Addr, error) {
+	return func(ctx context.Context, host string) ([]netip.Addr, error) {
+		a, ok := m[host]
+		if !ok {
+			return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+		}
+		return []netip.Addr{netip.MustParseAddr(a)}, nil
+	}
+}
+
+// netPy runs a python script in the sandbox with args, extra env and
+// stdin, and returns its output and exit code.
+func netPy(t *testing.T, sb *sandbox.Sandbox, script string, env []string, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	c := sb.Command(testCtx(t), "python3", append([]string{"-c", script}, args...)...)
+	c.Env = env
+	if stdin != "" {
+		c.Stdin = strings.NewReader(stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	err := c.Run()
+	code := 0
+	var ee *sandbox.ExitError
+	if errors.As(err, &ee) {
+		code = ee.Code
+	} else if err != nil {
+		t.Fatalf("python3: %v", err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// fetchPy fetches each URL with urllib (which follows the *_PROXY
+// variables and, for HTTPS, trusts SSL_CERT_FILE) and prints one JSON
+// line per URL.
+const fetchPy = `
+import json, sys, urllib.request, urllib.error
+for url in sys.argv[1:]:
+    rec = {"url": url, "status": 0}
+    try:
+        with urllib.request.urlopen(url, timeout=20) as r:
+            rec.update(status=r.status, headers=dict(r.headers), body=r.read().decode())
+    except urllib.error.HTTPError as e:
+        rec.update(status=e.code, headers=dict(e.headers), body=e.read().decode())
+    except Exception as e:
+        rec.update(error=type(e).__name__ + ": " + str(e))
+    print(json.dumps(rec), flush=True)
+`
+
+type fetched struct {
+	URL     string
+	Status  int
+	Headers map[string]string
+	Body    string
+	Error   string
+}
+
+func netFetch(t *testing.T, sb *sandbox.Sandbox, urls ...string) (map[string]fetched, string) {
+	t.Helper()
+	out, errOut, code := netPy(t, sb, fetchPy, nil, "", urls...)
+	if code != 0 {
+		t.Fatalf("fetch: exit %d\n%s%s", code, out, errOut)
+	}
+	res := map[string]fetched{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var f fetched
+		if err := json.Unmarshal([]byte(line), &f); err != nil {
+			t.Fatalf("fetch output %q: %v", line, err)
+		}
+		res[f.URL] = f
+	}
+	if len(res) != len(urls) {
+		t.Fatalf("fetch printed %d results for %d URLs:\n%s%s", len(res), len(urls), out, errOut)
+	}
+	return res, out
+}
+
+// connectPy tries a TCP connection to each host:port at once and prints a
+// JSON object: target -> "connected" or the error.
+const connectPy = `
+import json, socket, sys, threading
+res = {}
+def attempt(target):
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+        res[target] = "connected"
+    except Exception as e:
+        res[target] = type(e).__name__ + ": " + str(e)
+threads = [threading.Thread(target=attempt, args=(t,)) for t in sys.argv[1:]]
+for th in threads: th.start()
+for th in threads: th.join()
+print(json.dumps(res))
+`
+
+func netConnect(t *testing.T, sb *sandbox.Sandbox, targets ...string) map[string]string {
+	t.Helper()
+	out, errOut, code := netPy(t, sb, connectPy, nil, "", targets...)
+	var res map[string]string
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil {
+		t.Fatalf("connect: exit %d\n%s%s", code, out, errOut)
+	}
+	return res
+}
+
+// waitListenPy polls until something accepts connections on host:port (20s).
+const waitListenPy = `
+import socket, sys, time
+deadline = time.time() + 20
+while True:
+    try:
+        socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()
+        break
+    except OSError as e:
+        if time.time() > deadline:
+            sys.exit("nothing listens on %s:%s: %s" % (sys.argv[1], sys.argv[2], e))
+        time.sleep(0.05)
+`
+
+// netListener listens on addr on the host and counts accepted connections.
+func netListener(t *testing.T, addr string) (net.Listener, *atomic.Int32) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { l.Close(); <-done })
+	return l, &n
+}
+
+func netPort(l net.Listener) string { return strconv.Itoa(l.Addr().(*net.TCPAddr).Port) }
+
+// netGateway returns the sandbox network's gateway (the host's address on
+// the sandbox's bridge), read from HTTP_PROXY inside the sandbox.
+func netGateway(t *testing.T, sb *sandbox.Sandbox) string {
+	t.Helper()
+	r := mustExec(t, sb, "printenv HTTP_PROXY")
+	u, err := url.Parse(strings.TrimSpace(r.Stdout))
+	if r.ExitCode != 0 || err != nil || u.Hostname() == "" {
+		t.Fatalf("HTTP_PROXY in the sandbox: %q %q", r.Stdout, r.Stderr)
+	}
+	return u.Hostname()
+}
+
+// netNetworkID returns the ID of the network the sandbox's container is on.
+func netNetworkID(t *testing.T, cli *client.Client, sb *sandbox.Sandbox) string {
+	t.Helper()
+	info, err := cli.ContainerInspect(testCtx(t), sb.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, ep := range info.NetworkSettings.Networks {
+		if strings.HasPrefix(name, "agentsandbox-") {
+			return ep.NetworkID
+		}
+	}
+	t.Fatalf("the sandbox is on no agentsandbox network: %v", info.NetworkSettings.Networks)
+	return ""
+}
+
+// netRules returns the host's INPUT rules tagged for a network.
+func netRules(t *testing.T, networkID string) []string {
+	t.Helper()
+	out, err := exec.Command("iptables", "-w", "-S", "INPUT").Output()
+	if err != nil {
+		t.Fatalf("iptables -S INPUT: %v", err)
+	}
+	var rules []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "agentsandbox:"+networkID) {
+			rules = append(rules, line)
+		}
+	}
+	return rules
+}
+
+// netNewPythons makes python sandboxes concurrently, closed when the test
+// ends.
+func netNewPythons(t *testing.T, optSets ...[]sandbox.Option) []*sandbox.Sandbox {
+	t.Helper()
+	sbs := make([]*sandbox.Sandbox, len(optSets))
+	errs := make([]error, len(optSets))
+	var wg sync.WaitGroup
+	for i, opts := range optSets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			sbs[i], errs[i] = sandbox.New(ctx, append([]sandbox.Option{sandbox.WithImage(pythonImage)}, opts...)...)
+		}()
+	}
+	wg.Wait()
+	for _, sb := range sbs {
+		if sb != nil {
+			t.Cleanup(func() {
+				if err := sb.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			})
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+	}
+	return sbs
+}
+
+// dockerBridgeAddr returns the host's docker0 address, if it has one.
+func dockerBridgeAddr() string {
+	ifc, err := net.InterfaceByName("docker0")
+	if err != nil {
+		return ""
+	}
+	addrs, _ := ifc.Addrs()
+	for _, a := range addrs {
+		if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil {
+			return ip.IP.String()
+		}
+	}
+	return ""
+}
+
+// ---- tests ----
+
+// The zero policy: no interface but loopback, no proxy settings.
+func TestNetworkNone(t *testing.T) {
+	t.Parallel()
+	sb := newSandbox(t)
+	r := mustExec(t, sb, `ls /sys/class/net; echo "proxy=$HTTP_PROXY$HTTPS_PROXY$http_proxy"; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; cat /proc/net/route | wc -l`)
+	if want := "lo\nproxy=\nlo\n1\n"; r.Stdout != want || r.ExitCode != 0 {
+		t.Errorf("interfaces, proxy, routes = %q (stderr %q), want %q", r.Stdout, r.Stderr, want)
+	}
+	if _, err := sb.Expose(testCtx(t), 8000); err == nil || !strings.Contains(err.Error(), "no network") || errors.Is(err, sandbox.ErrClosed) {
+		t.Errorf("Expose on a sandbox without a network: %v, want a clear error", err)
+	}
+}
+
+// An allow-list: the proxy serves listed names only, refuses loopback
+// unless a CIDR names it and metadata addresses always, and nothing else
+// leaves the sandbox: not TCP to the host, not DNS, not another sandbox.
+func TestNetworkAllowList(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		fmt.Fprintf(w, "hello from %s %s", r.Host, r.URL.Path)
+	}))
+	t.Cleanup(up.Close)
+	port := strconv.Itoa(up.Listener.Addr().(*net.TCPAddr).Port)
+	resolve := sandbox.WithTestResolver(netResolver(map[string]string{
+		"api.test": "127.0.0.1", "other.test": "127.0.0.1", "meta.test": "169.254.169.254",
+	}))
+	var audit netLog
+	sbs := netNewPythons(t,
+		[]sandbox.Option{sandbox.WithNetwork(sandbox.AllowHosts("api.test:"+port, "meta.test:"+port, "127.0.0.1/32")), resolve, sandbox.WithLogger(audit.logger())},
+		[]sandbox.Option{sandbox.WithNetwork(sandbox.AllowHosts("api.test:" + port)), resolve},
+	)
+	sb, noCIDR := sbs[0], sbs[1]
+	gw := netGateway(t, sb)
+
+	t.Run("proxy", func(t *testing.T) {
+		api, other, meta := "http://api.test:"+port+"/x", "http://other.test:"+port+"/", "http://meta.test:"+port+"/latest/meta-data/"
+		res, out := netFetch(t, sb, api, other, meta)
+		if f := res[api]; f.Status != 200 || f.Body != "hello from api.test:"+port+" /x" {
+			t.Errorf("GET %s = %+v, want 200 with the upstream's body", api, f)
+		}
+		if f := res[other]; f.Status != 403 || !strings.Contains(f.Body, "host not in the allow-list") {
+			t.Errorf("GET %s = %+v, want 403", other, f)
+		}
+		if f := res[meta]; f.Status != 403 || !strings.Contains(f.Body, "forbidden address [169.254.169.254]") {
+			t.Errorf("GET %s = %+v, want 403 before any connection", meta, f)
+		}
+		if n := hits.Load(); n != 1 {
+			t.Errorf("the upstream got %d requests, want 1\n%s", n, out)
+		}
+	})
+
+	t.Run("loopback needs a CIDR", func(t *testing.T) {
+		before := hits.Load()
+		u := "http://api.test:" + port + "/"
+		res, _ := netFetch(t, noCIDR, u)
+		if f := res[u]; f.Status != 403 || !strings.Contains(f.Body, "forbidden address [127.0.0.1]") {
+			t.Errorf("GET %s without a CIDR for 127.0.0.1 = %+v, want 403", u, f)
+		}
+		if hits.Load() != before {
+			t.Error("the upstream was reached")
+		}
+	})
+
+	t.Run("host firewall", func(t *testing.T) {
+		lAny, nAny := netListener(t, "0.0.0.0:0")
+		lGw, nGw := netListener(t, net.JoinHostPort(gw, "0"))
+		// The listeners work for the host itself.
+		for _, a := range []string{net.JoinHostPort(gw, netPort(lAny)), lGw.Addr().String()} {
+			c, err := net.DialTimeout("tcp", a, 5*time.Second)
+			if err != nil {
+				t.Fatalf("host to its own listener %s: %v", a, err)
+			}
+			c.Close()
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for nAny.Load()+nGw.Load() != 2 {
+			if time.Now().After(deadline) {
+				t.Fatal("the listeners did not count the host's connections")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		nAny.Store(0)
+		nGw.Store(0)
+		targets := []string{
+			net.JoinHostPort(gw, netPort(lAny)), // 0.0.0.0 listener, via the bridge's gateway
+			lGw.Addr().String(),                 // listener on the gateway address itself
+			"127.0.0.1:" + netPort(lAny),        // the sandbox's own loopback, not the host's
+		}
+		if d := dockerBridgeAddr(); d != "" {
+			targets = append(targets, net.JoinHostPort(d, netPort(lAny))) // another host address
+		}
+		res := netConnect(t, sb, targets...)
+		for _, target := range targets {
+			if res[target] == "connected" || res[target] == "" {
+				t.Errorf("the sandbox connected to host listener %s: %q", target, res[target])
+			}
+		}
+		if nAny.Load()+nGw.Load() != 0 {
+			t.Errorf("host listeners accepted %d connections from the sandbox", nAny.Load()+nGw.Load())
+		}
+		t.Logf("direct connections from the sandbox: %v", res)
+	})
+
+	t.Run("dns", func(t *testing.T) {
+		pc, err := net.ListenPacket("udp", net.JoinHostPort(gw, "53"))
+		if err != nil {
+			t.Fatalf("listen udp %s:53: %v", gw, err)
+		}
+		defer pc.Close()
+		// The host itself reaches the listener.
+		hc, err := net.Dial("udp", net.JoinHostPort(gw, "53"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc.Write([]byte("control"))
+		hc.Close()
+		pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 2048)
+		if n, _, err := pc.ReadFrom(buf); err != nil || string(buf[:n]) != "control" {
+			t.Fatalf("control packet: %q %v", buf[:n], err)
+		}
+		pc.SetReadDeadline(time.Time{})
+		got := make(chan string, 1)
+		go func() {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				got <- "error: " + err.Error()
+				return
+			}
+			got <- fmt.Sprintf("%d bytes from %v", n, from)
+		}()
+		script := `
+import json, socket, sys
+res = {}
+for name in ("api.test", "nothing.invalid"):
+    try:
+        res[name] = str(socket.getaddrinfo(name, 80))
+    except Exception as e:
+        res[name] = "fails: " + str(e)
+# A raw DNS query for api.test to the gateway.
+q = bytes.fromhex("1234010000010000000000000361706904746573740000010001")
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(2)
+try:
+    s.sendto(q, (sys.argv[1], 53))
+    res["udp"] = "answer: %r" % (s.recvfrom(512),)
+except Exception as e:
+    res["udp"] = "fails: " + type(e).__name__ + " " + str(e)
+print(json.dumps(res))
+`
+		out, errOut, code := netPy(t, sb, script, []string{"RES_OPTIONS=timeout:1 attempts:1"}, "", gw)
+		var res map[string]string
+		if code != 0 || json.Unmarshal([]byte(out), &res) != nil {
+			t.Fatalf("dns script: %d %s %s", code, out, errOut)
+		}
+		for _, k := range []string{"api.test", "nothing.invalid", "udp"} {
+			if !strings.HasPrefix(res[k], "fails") {
+				t.Errorf("%s from inside the sandbox: %s, want a failure", k, res[k])
+			}
+		}
+		// Everything the sandbox sent has arrived by now (it waited for
+		// answers); stop the reader.
+		pc.SetReadDeadline(time.Now())
+		if r := <-got; !strings.Contains(r, "timeout") {
+			t.Errorf("the host's UDP listener on %s:53 received a packet from the sandbox: %s", gw, r)
+		}
+		t.Logf("DNS from the sandbox: %v", res)
+	})
+
+	t.Run("sandboxes are apart", func(t *testing.T) {
+		ipOf := func(sb *sandbox.Sandbox) string {
+			r := mustExec(t, sb, "hostname -i")
+			ip := strings.TrimSpace(r.Stdout)
+			if _, err := netip.ParseAddr(ip); err != nil {
+				t.Fatalf("hostname -i = %q %q", r.Stdout, r.Stderr)
+			}
+			return ip
+		}
+		ipA, ipB := ipOf(sb), ipOf(noCIDR)
+		if ipA == ipB {
+			t.Fatalf("both sandboxes have address %s", ipA)
+		}
+		ctx, cancel := context.WithCancel(testCtx(t))
+		srv := noCIDR.Command(ctx, "python3", "-m", "http.server", "8000", "--bind", "0.0.0.0")
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cancel(); srv.Wait() }()
+		if out, errOut, code := netPy(t, noCIDR, waitListenPy, nil, "", ipB, "8000"); code != 0 {
+			t.Fatalf("the server in sandbox B does not listen on its own address: %s %s", out, errOut)
+		}
+		res := netConnect(t, sb, ipB+":8000")
+		if res[ipB+":8000"] == "connected" {
+			t.Errorf("sandbox A (%s) reached sandbox B's server at %s:8000", ipA, ipB)
+		}
+		t.Logf("A %s -> B %s:8000: %s", ipA, ipB, res[ipB+":8000"])
+	})
+
+	t.Run("audit", func(t *testing.T) {
+		rs := audit.waitRecords(t, "records for api.test, other.test and meta.test", func(rs []map[string]any) bool {
+			hosts := map[any]bool{}
+			for _, r := range rs {
+				hosts[r["host"]] = true
+			}
+			return hosts["api.test"] && hosts["other.test"] && hosts["meta.test"]
+		})
+		var allowed, denied int
+		for _, r := range rs {
+			if r["sandbox"] != sb.ID() || r["port"] != float64(up.Listener.Addr().(*net.TCPAddr).Port) || r["method"] != "GET" {
+				t.Errorf("record %v", r)
+			}
+			switch r["host"] {
+			case "api.test":
+				allowed++
+				if r["allowed"] != true || r["addr"] != "127.0.0.1:"+port || r["bytes_down"] != float64(len("hello from api.test:"+port+" /x")) || r["bytes_up"] != float64(0) {
+					t.Errorf("record for the allowed request: %v", r)
+				}
+			case "other.test", "meta.test":
+				denied++
+				if r["allowed"] != false || r["reason"] == nil || r["addr"] != nil {
+					t.Errorf("record for a denied request: %v", r)
+				}
+			}
+		}
+		if allowed != 1 || denied != 2 {
+			t.Errorf("%d allowed and %d denied records, want 1 and 2:\n%s", allowed, denied, audit.raw())
+		}
+	})
+}
+
+// Credentials: the proxy adds the header upstream over HTTPS, the sandbox
+// sees "[redacted]" where the upstream echoes it, and the value is nowhere
+// in the sandbox, its processes, its container's configuration or the
+// audit log.
+func TestNetworkCredentials(t *testing.T) {
+	t.Parallel()
+	token := "s3cr3t-" + netRandHex(16)
+	secret := "Bearer " + token
+	upCA, err := egress.NewCA() // the upstream's own test CA
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := upCA.Leaf("api.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan string, 10)
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Get("Authorization")
+		var keys []string
+		for k := range r.Header {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			w.Header().Set("X-Echo-"+k, r.Header.Get(k))
+		}
+		for _, k := range keys {
+			fmt.Fprintf(w, "%s: %s\n", k, r.Header.Get(k))
+		}
+	}))
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	port := strconv.Itoa(up.Listener.Addr().(*net.TCPAddr).Port)
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(upCA.CertPEM())
+	var audit netLog
+	sb := newPython(t,
+		sandbox.WithNetwork(sandbox.NetworkPolicy{
+			Allow:       []string{"api.test:" + port, "127.0.0.1/32"},
+			Credentials: []sandbox.Credential{{Host: "api.test", Header: "Authorization", Value: secret}},
+		}),
+		sandbox.WithTestResolver(netResolver(map[string]string{"api.test": "127.0.0.1"})),
+		sandbox.WithTestUpstreamRoots(roots),
+		sandbox.WithLogger(audit.logger()))
+
+	u := "https://api.test:" + port + "/echo"
+	res, out := netFetch(t, sb, u)
+	f := res[u]
+	if f.Status != 200 {
+		t.Fatalf("GET %s = %+v", u, f)
+	}
+	select {
+	case got := <-seen:
+		if got != secret {
+			t.Errorf("the upstream got Authorization %q, want the credential", got)
+		}
+	default:
+		t.Fatal("the upstream saw no request")
+	}
+	if f.Headers["X-Echo-Authorization"] != "[redacted]" || !strings.Contains(f.Body, "Authorization: [redacted]\n") {
+		t.Errorf("the sandbox's view of the echo: %+v", f)
+	}
+	if strings.Contains(out, token) {
+		t.Errorf("the secret reached the sandbox:\n%s", out)
+	}
+
+	// Search the sandbox. The root filesystem is read-only and was built
+	// before the secret existed; every other mount is read in full, file
+	// names included, and so is every process's environment and command
+	// line. The secret comes in on stdin, so it is in no argument.
+	search := `
+import json, os, stat, sys
+needle = sys.stdin.buffer.read()
+assert len(needle) >= 20
+mounts = [l.split() for l in open("/proc/self/mounts")]
+root_opts = [m[3] for m in mounts if m[1] == "/"]
+hits, files, procs = [], 0, 0
+def scan(p):
+    global files
+    try:
+        if not stat.S_ISREG(os.lstat(p).st_mode):
+            return
+        with open(p, "rb") as f:
+            data = f.read()
+    except OSError:
+        return
+    files += 1
+    if needle in data:
+        hits.append(p)
+for m in mounts:
+    mp = m[1]
+    if mp == "/" or mp.split("/")[1] in ("proc", "sys"):
+        continue
+    if os.path.isfile(mp):
+        scan(mp)
+        continue
+    for d, dirs, names in os.walk(mp):
+        for n in names + dirs:
+            if needle in n.encode():
+                hits.append(os.path.join(d, n))
+        for n in names:
+            scan(os.path.join(d, n))
+for pid in os.listdir("/proc"):
+    if not pid.isdigit():
+        continue
+    procs += 1
+    for what in ("environ", "cmdline"):
+        try:
+            with open("/proc/%s/%s" % (pid, what), "rb") as f:
+                if needle in f.read():
+                    hits.append("/proc/%s/%s" % (pid, what))
+        except OSError as e:
+            hits.append("unreadable /proc/%s/%s: %s" % (pid, what, e))
+print(json.dumps({"root": root_opts, "files": files, "procs": procs, "hits": hits}))
+`
+	sout, serr, code := netPy(t, sb, search, nil, token)
+	var found struct {
+		Root  []string
+		Files int
+		Procs int
+		Hits  []string
+	}
+	if code != 0 || json.Unmarshal([]byte(sout), &found) != nil {
+		t.Fatalf("search: exit %d %s %s", code, sout, serr)
+	}
+	if len(found.Root) != 1 || !strings.HasPrefix(found.Root[0], "ro,") {
+		t.Errorf("root mount options %v, want read-only", found.Root)
+	}
+	if len(found.Hits) > 0 || found.Files < 3 || found.Procs < 3 {
+		t.Errorf("search for the secret: %+v", found)
+	}
+	t.Logf("searched %d files and %d processes: %v", found.Files, found.Procs, found.Hits)
+	info, err := netEngine(t).ContainerInspect(testCtx(t), sb.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(info); bytes.Contains(b, []byte(token)) {
+		t.Error("the container's configuration holds the secret")
+	}
+
+	rs := audit.waitRecords(t, "the record of the request", func(rs []map[string]any) bool { return len(rs) > 0 })
+	if r := rs[0]; len(rs) != 1 || r["allowed"] != true || r["host"] != "api.test" || r["method"] != "GET" ||
+		r["credential_header"] != "Authorization" || r["bytes_down"].(float64) < 10 {
+		t.Errorf("audit records: %v", rs)
+	}
+	if strings.Contains(audit.raw(), token) {
+		t.Errorf("the audit log holds the secret:\n%s", audit.raw())
+	}
+}
+
+// Expose: a web app in the sandbox is reached from the host; a port with
+// nothing behind it answers 502 at once; Close takes the URL, the network
+// and the firewall rules away.
+func TestNetworkExpose(t *testing.T) {
+	t.Parallel()
+	sb := newPython(t, sandbox.WithNetwork(sandbox.AllowHosts()))
+	ctx := testCtx(t)
+	if err := sb.WriteFile(ctx, "hello.txt", []byte("hi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srvCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	srv := sb.Command(srvCtx, "python3", "-m", "http.server", "8000")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := netPy(t, sb, waitListenPy, nil, "", "127.0.0.1", "8000"); code != 0 {
+		t.Fatalf("http.server does not listen: %s %s", out, errOut)
+	}
+	u, err := sb.Expose(ctx, 8000)
+	if err != nil {
+		t.Fatalf("Expose(8000): %v", err)
+	}
+	if !regexp.MustCompile(`^http://127\.0\.0\.1:\d+$`).MatchString(u) {
+		t.Errorf("Expose URL %q, want http://127.0.0.1:PORT", u)
+	}
+	if again, err := sb.Expose(ctx, 8000); err != nil || again != u {
+		t.Errorf("Expose(8000) again = %q, %v; want %q", again, err, u)
+	}
+	hc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := hc.Get(u + "/")
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "Directory listing for /") || !strings.Contains(string(body), "hello.txt") {
+		t.Errorf("GET %s = %s %q", u, resp.Status, body)
+	}
+	for _, p := range []int{0, -1, 65536} {
+		if _, err := sb.Expose(ctx, p); err == nil || !strings.Contains(err.Error(), "out of range") {
+			t.Errorf("Expose(%d): %v, want out of range", p, err)
+		}
+	}
+	// Nothing listens on 8001: a 502 at once.
+	u2, err := sb.Expose(ctx, 8001)
+	if err != nil || u2 == u {
+		t.Fatalf("Expose(8001) = %q, %v", u2, err)
+	}
+	start := time.Now()
+	resp, err = hc.Get(u2 + "/")
+	if err != nil {
+		t.Fatalf("GET %s: %v", u2, err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if d := time.Since(start); resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "nothing accepts connections on port 8001") || d > 6*time.Second {
+		t.Errorf("GET %s (nothing listening) = %s %q after %v, want 502 within 6s", u2, resp.Status, body, d)
+	}
+
+	cli := netEngine(t)
+	netID := netNetworkID(t, cli, sb)
+	if rules := netRules(t, netID); len(rules) != 3 {
+		t.Errorf("firewall rules for the network before Close: %q, want 3", rules)
+	}
+	// A connection open through the URL is cut by Close.
+	open, err := net.Dial("tcp", strings.TrimPrefix(u, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	io.WriteString(open, "GET / HTTP/1.1\r\nHost: x\r\n")
+
+	stop()
+	srv.Wait()
+	if err := sb.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	open.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(open); err != nil {
+		t.Errorf("the open connection was not closed by Close: %v", err)
+	}
+	for _, x := range []string{u, u2} {
+		if _, err := net.DialTimeout("tcp", strings.TrimPrefix(x, "http://"), 5*time.Second); err == nil || !strings.Contains(err.Error(), "refused") {
+			t.Errorf("connecting to %s after Close: %v, want connection refused", x, err)
+		}
+	}
+	if _, err := sb.Expose(ctx, 8000); !errors.Is(err, sandbox.ErrClosed) {
+		t.Errorf("Expose after Close: %v, want ErrClosed", err)
+	}
+	if _, err := cli.NetworkInspect(ctx, netID, network.InspectOptions{}); !client.IsErrNotFound(err) {
+		t.Errorf("the network after Close: %v, want not found", err)
+	}
+	nets, err := cli.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("label", engine.LabelOwner+"="+engine.Owner()))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nets {
+		if n.ID == netID {
+			t.Errorf("the network is still listed by label after Close: %s", n.Name)
+		}
+	}
+	if rules := netRules(t, netID); len(rules) != 0 {
+		t.Errorf("firewall rules left after Close: %q", rules)
+	}
+}
+
+// Open: full egress (not exercised here), yet host services stay out of
+// reach.
+func TestNetworkOpen(t *testing.T) {
+	t.Parallel()
+	sb := newPython(t, sandbox.WithNetwork(sandbox.NetworkPolicy{Open: true}))
+	l, n := netListener(t, "0.0.0.0:0")
+	r := mustExec(t, sb, `echo "proxy=$HTTP_PROXY"; awk '$2 == "00000000" { print $3 }' /proc/net/route`)
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if len(lines) != 2 || lines[0] != "proxy=" {
+		t.Fatalf("proxy and default route: %q %q", r.Stdout, r.Stderr)
+	}
+	gwHex, err := hex.DecodeString(lines[1])
+	if err != nil || len(gwHex) != 4 {
+		t.Fatalf("default gateway %q", lines[1])
+	}
+	gw := net.IPv4(gwHex[3], gwHex[2], gwHex[1], gwHex[0]).String()
+	if c, err := net.DialTimeout("tcp", net.JoinHostPort(gw, netPort(l)), 5*time.Second); err != nil {
+		t.Fatalf("the host cannot reach its own listener on %s: %v", gw, err)
+	} else {
+		c.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for n.Load() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the listener did not count the host's connection")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	n.Store(0)
+	targets := []string{net.JoinHostPort(gw, netPort(l))}
+	if d := dockerBridgeAddr(); d != "" {
+		targets = append(targets, net.JoinHostPort(d, netPort(l)))
+	}
+	res := netConnect(t, sb, targets...)
+	for _, target := range targets {
+		if res[target] == "connected" {
+			t.Errorf("the open sandbox reached host listener %s", target)
+		}
+	}
+	if n.Load() != 0 {
+		t.Errorf("the host listener accepted %d connections from the sandbox", n.Load())
+	}
+	t.Logf("open sandbox to host services: %v", res)
+}
+
+// Prune removes a network a dead process left, with its firewall rules,
+// and leaves a live owner's alone.
+func TestNetworkPrune(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	cli := netEngine(t)
+	mine := strings.Split(engine.Owner(), "/")
+	pidMax := 4194304
+	if b, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil {
+		pidMax, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	dead := pidMax - 1
+	for ; dead > 1; dead-- {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", dead)); os.IsNotExist(err) {
+			break
+		}
+	}
+	deadOwner := fmt.Sprintf("%s/%s/%d/12345", mine[0], mine[1], dead)
+	if !engine.OwnerDead(deadOwner) || engine.OwnerDead(engine.Owner()) {
+		t.Fatalf("OwnerDead(%q) = false or OwnerDead(self) = true", deadOwner)
+	}
+	mk := func(owner string) (string, *firewall.Rules) {
+		tag := netRandHex(6)
+		labels := engine.Labels("network", nil)
+		labels[engine.LabelOwner] = owner
+		created, err := cli.NetworkCreate(ctx, "agentsandbox-prunetest-"+tag, network.CreateOptions{
+			Driver: "bridge", Internal: true, Labels: labels,
+			Options: map[string]string{"com.docker.network.bridge.name": "asb" + tag},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules, err := firewall.Isolate(ctx, "asb"+tag, "", 0, created.ID)
+		if err != nil {
+			cli.NetworkRemove(ctx, created.ID)
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			rules.Remove()
+			cli.NetworkRemove(context.Background(), created.ID)
+		})
+		return created.ID, rules
+	}
+	orphan, _ := mk(deadOwner)
+	live, _ := mk(engine.Owner())
+	if len(netRules(t, orphan)) != 2 || len(netRules(t, live)) != 2 {
+		t.Fatalf("rules before Prune: %q %q", netRules(t, orphan), netRules(t, live))
+	}
+	n, err := sandbox.Prune(ctx)
+	if err != nil {
+		t.Fatalf("Prune: %v", err)
+	}
+	// The network and its two rules count, unless a Prune running beside
+	// this one (another test or process) took them first: the effects are
+	// what is checked.
+	t.Logf("Prune removed %d objects", n)
+	if _, err := cli.NetworkInspect(ctx, orphan, network.InspectOptions{}); !client.IsErrNotFound(err) {
+		t.Errorf("the orphan network after Prune: %v", err)
+	}
+	if r := netRules(t, orphan); len(r) != 0 {
+		t.Errorf("the orphan's firewall rules after Prune: %q", r)
+	}
+	if _, err := cli.NetworkInspect(ctx, live, network.InspectOptions{}); err != nil {
+		t.Errorf("Prune removed a live owner's network: %v", err)
+	}
+	if r := netRules(t, live); len(r) != 2 {
+		t.Errorf("Prune touched a live owner's firewall rules: %q", r)
+	}
+}
+
+// Bad policies are refused by New before it touches the engine (here, an
+// engine that does not exist).
+func TestNetworkBadInput(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	noEngine := sandbox.WithHost("unix:///nonexistent/agentsandbox-test.sock")
+	for _, tc := range []struct {
+		p    sandbox.NetworkPolicy
+		want string
+	}{
+		{sandbox.AllowHosts("api.test:0"), `"api.test:0": port "0" out of range`},
+		{sandbox.AllowHosts("api.test:65536"), `port "65536" out of range`},
+		{sandbox.AllowHosts("api.test:abc"), `port "abc" out of range`},
+		{sandbox.AllowHosts("ok.test", ""), "empty"},
+		{sandbox.AllowHosts("bad host.test"), "bad character"},
+		{sandbox.AllowHosts("*.*.test"), "bad character"},
+		{sandbox.AllowHosts("a..test"), "bad host name"},
+		{sandbox.AllowHosts("10.0.0.0/33"), "bad CIDR"},
+		{sandbox.AllowHosts("10.1.2.3:80"), "without the port"},
+		{sandbox.NetworkPolicy{Open: true, Allow: []string{"api.test"}}, "exclude each other"},
+		{sandbox.NetworkPolicy{Open: true, Credentials: []sandbox.Credential{{Host: "api.test", Header: "X-Key", Value: "v"}}}, "not Open"},
+		{sandbox.NetworkPolicy{Credentials: []sandbox.Credential{{Host: "api.test", Header: "X-Key", Value: "v"}}}, "not allowed"},
+		{sandbox.NetworkPolicy{Allow: []string{"api.test"}, Credentials: []sandbox.Credential{{Host: "other.test", Header: "X-Key", Value: "v"}}}, `credential host "other.test" is not allowed`},
+		{sandbox.NetworkPolicy{Allow: []string{"*.api.test"}, Credentials: []sandbox.Credential{{Host: "api.test", Header: "X-Key", Value: "v"}}}, "not allowed"},
+		{sandbox.NetworkPolicy{Allow: []string{"10.1.2.0/24"}, Credentials: []sandbox.Credential{{Host: "10.1.3.1", Header: "X-Key", Value: "v"}}}, "not allowed"},
+		{sandbox.NetworkPolicy{Allow: []string{"api.test"}, Credentials: []sandbox.Credential{{Host: "api.test", Header: "Bad Header", Value: "v"}}}, "bad header"},
+		{sandbox.NetworkPolicy{Allow: []string{"api.test"}, Credentials: []sandbox.Credential{{Host: "api.test", Header: "X-Key", Value: "v\r\nX-Evil: 1"}}}, "bad header"},
+		{sandbox.NetworkPolicy{Allow: []string{"api.test"}, Credentials: []sandbox.Credential{{Host: "api.test", Header: "", Value: "v"}}}, "bad header"},
+	} {
+		sb, err := sandbox.New(ctx, noEngine, sandbox.WithNetwork(tc.p))
+		if err == nil {
+			sb.Close()
+			t.Errorf("New with %+v succeeded", tc.p)
+			continue
+		}
+		if errors.Is(err, sandbox.ErrEngineUnavailable) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New with %+v: %v, want an error saying %q before the engine is contacted", tc.p, err, tc.want)
+		}
+	}
+	// Valid policies get as far as the (missing) engine.
+	for _, p := range []sandbox.NetworkPolicy{
+		{},
+		sandbox.AllowHosts(),
+		{Open: true},
+		{Allow: []string{"api.test:8443"}, Credentials: []sandbox.Credential{{Host: "API.test", Header: "Authorization", Value: "Bearer x"}}},
+		{Allow: []string{"*.api.test"}, Credentials: []sandbox.Credential{{Host: "v1.api.test", Header: "X-Key", Value: "x"}}},
+		{Allow: []string{"10.1.2.0/24"}, Credentials: []sandbox.Credential{{Host: "10.1.2.3", Header: "X-Key", Value: "x"}}},
+	} {
+		if _, err := sandbox.New(ctx, noEngine, sandbox.WithNetwork(p)); !errors.Is(err, sandbox.ErrEngineUnavailable) {
+			t.Errorf("New with %+v: %v, want ErrEngineUnavailable (the policy is valid)", p, err)
+		}
+	}
+}
