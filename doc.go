@@ -66,6 +66,15 @@
 // Isolation is that of Docker containers (namespaces, cgroups, seccomp),
 // sharing the host's kernel; use WithRuntime("runsc") for gVisor where the
 // engine has it. The disk limit needs the library to run as root on the
-// engine's host (see Limits). Network policy beyond "none", snapshots and
-// service URLs are not part of this version.
+// engine's host (see Limits), and so do network policies (iptables); see
+// NetworkPolicy for what an allow-list does and does not stop.
+//
+// # Network, snapshots, agents
+//
+// WithNetwork opts into an allow-list behind an in-process egress proxy,
+// with credentials injected outside the sandbox; Expose serves a port of
+// the sandbox on the host's loopback. Snapshot saves the working directory
+// and settings; Snapshot.New and Snapshot.Fork start sandboxes from it. The
+// tools sub-package turns a sandbox into function-calling tools for a
+// language model.
 package sandbox
