@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	cerrdefs "github.com/containerd/errdefs"
 	"io"
 	"log/slog"
 	"net"
@@ -826,7 +827,7 @@ func TestNetworkExpose(t *testing.T) {
 	if _, err := sb.Expose(ctx, 8000); !errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("Expose after Close: %v, want ErrClosed", err)
 	}
-	if _, err := cli.NetworkInspect(ctx, netID, network.InspectOptions{}); !client.IsErrNotFound(err) {
+	if _, err := cli.NetworkInspect(ctx, netID, network.InspectOptions{}); !cerrdefs.IsNotFound(err) {
 		t.Errorf("the network after Close: %v, want not found", err)
 	}
 	nets, err := cli.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("label", engine.LabelOwner+"="+engine.Owner()))})
@@ -944,7 +945,7 @@ func TestNetworkPrune(t *testing.T) {
 	// this one (another test or process) took them first: the effects are
 	// what is checked.
 	t.Logf("Prune removed %d objects", n)
-	if _, err := cli.NetworkInspect(ctx, orphan, network.InspectOptions{}); !client.IsErrNotFound(err) {
+	if _, err := cli.NetworkInspect(ctx, orphan, network.InspectOptions{}); !cerrdefs.IsNotFound(err) {
 		t.Errorf("the orphan network after Prune: %v", err)
 	}
 	if r := netRules(t, orphan); len(r) != 0 {

@@ -369,6 +369,9 @@ func TestPlotTrajectory(t *testing.T) {
 		t.Errorf("chart.png: %v %s %dx%d", err, format, pc.Width, pc.Height)
 	}
 	script, err := os.ReadFile(filepath.Join(cfg.Out, "plot.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	check(t, "plot.py on the host", string(script), strings.Replace(buggyPlot, `y="revenue"`, `y="sales"`, 1))
 	ents, _ := os.ReadDir(cfg.Out)
 	var got []string
@@ -484,6 +487,9 @@ func TestMalformedTrajectory(t *testing.T) {
 
 	// Nothing broke: the files are intact and copied out.
 	notes, err := os.ReadFile(filepath.Join(cfg.Out, "notes.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	check(t, "notes.py", string(notes), "a = 1\nb = 2\na = 1\n")
 	for _, name := range []string{"blob.png", "big.txt"} {
 		if _, err := os.Stat(filepath.Join(cfg.Out, name)); err != nil {
