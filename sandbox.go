@@ -347,11 +347,30 @@ func (s *Sandbox) createVolume(ctx context.Context) error {
 		s.dev = dev
 		opts.DriverOpts = map[string]string{"type": "ext4", "device": dev.Path()}
 	}
-	v, err := s.cli.VolumeCreate(ctx, opts)
+	dctx, cancel := detached(ctx)
+	v, err := s.cli.VolumeCreate(dctx, opts)
+	cancel()
 	if err != nil {
 		return s.engineErr("create volume", err)
 	}
 	s.volume = v.Name
+	return ctxErr(ctx, "create volume")
+}
+
+// detached returns a context for a call that makes an engine object. It is
+// not cancelled with ctx: a request cancelled in flight may still have been
+// carried out, and the object would be left behind, unknown to the
+// teardown. Callers check ctx (ctxErr) once they hold the object's ID. The
+// bound is generous: a commit's time grows with the files committed.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+}
+
+// ctxErr returns ctx's error, if any, as the failure of op.
+func ctxErr(ctx context.Context, op string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sandbox: %s: %w", op, err)
+	}
 	return nil
 }
 
@@ -418,11 +437,16 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 	if l.OpenFiles > 0 {
 		r.Ulimits = append(r.Ulimits, &container.Ulimit{Name: "nofile", Soft: l.OpenFiles, Hard: l.OpenFiles})
 	}
-	created, err := s.cli.ContainerCreate(ctx, cc, hc, nil, nil, "")
+	dctx, cancel := detached(ctx)
+	created, err := s.cli.ContainerCreate(dctx, cc, hc, nil, nil, "")
+	cancel()
 	if err != nil {
 		return s.engineErr("create container", err)
 	}
 	s.id = created.ID
+	if err := ctxErr(ctx, "create container"); err != nil {
+		return err
+	}
 	if s.attach, err = s.cli.ContainerAttach(ctx, s.id, container.AttachOptions{
 		Stream: true, Stdin: true, Stdout: true, Stderr: true,
 	}); err != nil {
@@ -637,15 +661,15 @@ func Prune(ctx context.Context) (int, error) {
 			}
 		}
 	}
-	// Firewall rules of networks that no longer exist.
-	if nets, err = cli.NetworkList(ctx, network.ListOptions{Filters: f}); err == nil {
-		live := map[string]bool{}
-		for _, nw := range nets {
-			live[nw.ID] = true
-		}
-		k, _ := firewall.Prune(ctx, func(tag string) bool { return live[tag] })
-		n += k
-	}
+	// Firewall rules of networks that no longer exist. Each network is
+	// looked up after its rules were listed: a sandbox being created now
+	// makes its network before its rules, so they are never taken for
+	// orphans (as they would be against a network list taken earlier).
+	k, _ := firewall.Prune(ctx, func(tag string) bool {
+		_, err := cli.NetworkInspect(ctx, tag, network.InspectOptions{})
+		return !engine.IsNotFound(err)
+	})
+	n += k
 	is, err := cli.ImageList(ctx, image.ListOptions{All: true, Filters: f})
 	if err != nil {
 		return n, fmt.Errorf("sandbox: prune: %w", err)

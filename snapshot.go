@@ -71,15 +71,20 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
 			slog.Duration("duration", time.Since(start)), errAttr(err))
 	}()
 	// A container that will only receive the files: never started.
-	tmp, err := s.cli.ContainerCreate(ctx, &container.Config{
+	dctx, cancel := detached(ctx)
+	tmp, err := s.cli.ContainerCreate(dctx, &container.Config{
 		Image:      s.base,
 		Entrypoint: []string{"/bin/sh"},
 		Labels:     engine.Labels("snapshot-build", nil),
 	}, &container.HostConfig{NetworkMode: "none", LogConfig: container.LogConfig{Type: "none"}}, nil, nil, "")
+	cancel()
 	if err != nil {
 		return nil, s.engineErr("snapshot: create", err)
 	}
 	defer s.cli.ContainerRemove(context.WithoutCancel(ctx), tmp.ID, container.RemoveOptions{Force: true})
+	if err := ctxErr(ctx, "snapshot: create"); err != nil {
+		return nil, err
+	}
 
 	if err := s.cli.ContainerPause(ctx, s.id); err != nil {
 		return nil, s.engineErr("snapshot: pause", err)
@@ -91,14 +96,20 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
 	if err != nil {
 		return nil, err
 	}
-	img, err := s.cli.ContainerCommit(ctx, tmp.ID, container.CommitOptions{
+	dctx, cancel = detached(ctx)
+	img, err := s.cli.ContainerCommit(dctx, tmp.ID, container.CommitOptions{
 		Comment: "agentsandbox snapshot of " + shortID(s.id),
 		Config: &container.Config{
 			Labels: engine.Labels("snapshot", map[string]string{"dev.agentsandbox.source": s.id}),
 		},
 	})
+	cancel()
 	if err != nil {
 		return nil, s.engineErr("snapshot: commit", err)
+	}
+	if err := ctxErr(ctx, "snapshot: commit"); err != nil {
+		s.cli.ImageRemove(context.WithoutCancel(ctx), img.ID, image.RemoveOptions{})
+		return nil, err
 	}
 	cfg := s.cfg
 	cfg.env = append([]string(nil), s.cfg.env...)
@@ -180,9 +191,27 @@ func rebase(w io.Writer, r io.Reader, from, to string, parents bool) error {
 	}
 }
 
-// restoreWorkdir fills the fresh working directory from snapshotDir.
+// restoreWorkdir fills the fresh working directory from snapshotDir. The
+// files are read from a never-started container of the snapshot image, not
+// from the sandbox's own: the engine locks a container while an archive is
+// read from it, so writing into the container being read would deadlock as
+// soon as the files outgrow the connection's buffers.
 func (s *Sandbox) restoreWorkdir(ctx context.Context) error {
-	rc, _, err := s.cli.CopyFromContainer(ctx, s.id, snapshotDir)
+	dctx, cancel := detached(ctx)
+	src, err := s.cli.ContainerCreate(dctx, &container.Config{
+		Image:      s.cfg.image,
+		Entrypoint: []string{"/bin/sh"},
+		Labels:     engine.Labels("snapshot-read", nil),
+	}, &container.HostConfig{NetworkMode: "none", LogConfig: container.LogConfig{Type: "none"}}, nil, nil, "")
+	cancel()
+	if err != nil {
+		return s.engineErr("restore: create reader", err)
+	}
+	defer s.cli.ContainerRemove(context.WithoutCancel(ctx), src.ID, container.RemoveOptions{Force: true})
+	if err := ctxErr(ctx, "restore: create reader"); err != nil {
+		return err
+	}
+	rc, _, err := s.cli.CopyFromContainer(ctx, src.ID, snapshotDir)
 	if err != nil {
 		return s.engineErr("restore: read snapshot", err)
 	}
