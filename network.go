@@ -169,7 +169,8 @@ func (s *Sandbox) createNetwork(ctx context.Context) (env, dns []string, err err
 		base[2], base[3] = byte(idx>>4), byte(idx<<4)
 		subnet := netip.PrefixFrom(netip.AddrFrom4(base), 28)
 		gw := subnet.Addr().Next()
-		created, err = s.cli.NetworkCreate(ctx, n.name, network.CreateOptions{
+		dctx, cancel := detached(ctx) // a cancelled create may still happen: keep its ID
+		created, err = s.cli.NetworkCreate(dctx, n.name, network.CreateOptions{
 			Driver:   "bridge",
 			Internal: !p.Open,
 			IPAM:     &network.IPAM{Config: []network.IPAMConfig{{Subnet: subnet.String(), Gateway: gw.String()}}},
@@ -179,6 +180,7 @@ func (s *Sandbox) createNetwork(ctx context.Context) (env, dns []string, err err
 			},
 			Labels: engine.Labels("network", nil),
 		})
+		cancel()
 		if err == nil {
 			n.gateway = gw.String()
 			break
@@ -188,6 +190,9 @@ func (s *Sandbox) createNetwork(ctx context.Context) (env, dns []string, err err
 		}
 	}
 	n.id = created.ID
+	if err := ctxErr(ctx, "create network"); err != nil {
+		return nil, nil, err
+	}
 	port := 0
 	if !p.Open {
 		if n.proxyL, err = net.Listen("tcp", net.JoinHostPort(n.gateway, "0")); err != nil {
