@@ -26,8 +26,9 @@ import (
 //     Attaching loop devices needs root on the engine's host, and the engine
 //     must run on the same host; otherwise New fails with
 //     ErrDiskLimitUnsupported unless Disk is negative. With Disk < 0 the
-//     working directory is a plain Docker volume bounded only by the host's
-//     disk.
+//     working directory is a tmpfs volume instead: no root needed, but its
+//     files live in RAM and count towards Memory, which is then the only
+//     bound on them.
 //   - FileSize: RLIMIT_FSIZE; writing past it fails with EFBIG.
 //   - OpenFiles: RLIMIT_NOFILE.
 //   - ExecTimeout: each command started by Cmd or Exec is killed, with every

@@ -346,6 +346,12 @@ func (s *Sandbox) createVolume(ctx context.Context) error {
 		}
 		s.dev = dev
 		opts.DriverOpts = map[string]string{"type": "ext4", "device": dev.Path()}
+	} else {
+		// No disk limit: a tmpfs volume owned by the sandbox user (a plain
+		// volume would be root's, and nothing in a hardened sandbox may
+		// chown it). It lives in RAM, charged to the sandbox's memory.
+		opts.DriverOpts = map[string]string{"type": "tmpfs", "device": "tmpfs",
+			"o": fmt.Sprintf("uid=%d,gid=%d,mode=0755", s.uid, s.gid)}
 	}
 	dctx, cancel := detached(ctx)
 	v, err := s.cli.VolumeCreate(dctx, opts)

@@ -17,15 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	dimage "github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/api/types/volume"
-	"github.com/docker/docker/client"
-	"go.uber.org/goleak"
-
-	"github.com/agentsandbox/sandbox/internal/engine"
-	"github.com/agentsandbox/sandbox/internal/testimage"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 )
 
 // Images: busyboxImage is tiny; pythonImage has python3 with pandas and
@@ -33,65 +25,7 @@ import (
 var busyboxImage, pythonImage string
 
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	var err error
-	if busyboxImage, err = testimage.Ensure(ctx, testimage.Busybox, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "test images:", err)
-		return 1
-	}
-	if pythonImage, err = testimage.FromEnv(ctx, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "test images:", err)
-		return 1
-	}
-	before := goleak.IgnoreCurrent()
-	code := m.Run()
-	if err := checkObjects(); err != nil {
-		fmt.Fprintln(os.Stderr, "leak check:", err)
-		return 1
-	}
-	if err := goleak.Find(before); err != nil {
-		fmt.Fprintln(os.Stderr, "leak check:", err)
-		return 1
-	}
-	return code
-}
-
-// checkObjects reports engine objects that this process made and left.
-func checkObjects() error {
-	ctx := context.Background()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	f := filters.NewArgs(filters.Arg("label", engine.LabelOwner+"="+engine.Owner()))
-	deadline := time.Now().Add(15 * time.Second) // auto-removal is asynchronous
-	for {
-		cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
-		if err != nil {
-			return err
-		}
-		vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
-		if err != nil {
-			return err
-		}
-		is, err := cli.ImageList(ctx, dimage.ListOptions{All: true, Filters: f})
-		if err != nil {
-			return err
-		}
-		if len(cs)+len(vs.Volumes)+len(is) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("left behind: %d containers, %d volumes, %d images", len(cs), len(vs.Volumes), len(is))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	os.Exit(testenv.Main(m, testenv.Images{Busybox: &busyboxImage, Python: &pythonImage}, nil))
 }
 
 // reply is one scripted answer of the fake model.

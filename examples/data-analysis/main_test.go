@@ -18,15 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/api/types/volume"
-	"github.com/docker/docker/client"
-	"go.uber.org/goleak"
-
-	"github.com/agentsandbox/sandbox/internal/engine"
-	"github.com/agentsandbox/sandbox/internal/testimage"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 )
 
 // pythonImage is SANDBOX_IMAGE or the project's Debian + python3 image.
@@ -35,64 +27,12 @@ var pythonImage string
 const salesCSV = "../../testdata/sales.csv"
 
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
+	os.Exit(testenv.Main(m, testenv.Images{Python: &pythonImage}, nil))
 }
 
-func runTests(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	var err error
-	if pythonImage, err = testimage.FromEnv(ctx, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "test images:", err)
-		return 1
-	}
-	before := goleak.IgnoreCurrent()
-	code := m.Run()
-	if err := ownObjects(15 * time.Second); err != nil {
-		fmt.Fprintln(os.Stderr, "leak check:", err)
-		return 1
-	}
-	if err := goleak.Find(before); err != nil {
-		fmt.Fprintln(os.Stderr, "leak check:", err)
-		return 1
-	}
-	return code
-}
-
-// ownObjects waits up to wait for the engine to hold no container, volume or
-// image labelled with this process as owner, and says what is left if some
-// remain.
-func ownObjects(wait time.Duration) error {
-	ctx := context.Background()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	f := filters.NewArgs(filters.Arg("label", engine.LabelOwner+"="+engine.Owner()))
-	deadline := time.Now().Add(wait)
-	for {
-		cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
-		if err != nil {
-			return err
-		}
-		vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
-		if err != nil {
-			return err
-		}
-		is, err := cli.ImageList(ctx, image.ListOptions{All: true, Filters: f})
-		if err != nil {
-			return err
-		}
-		if len(cs)+len(vs.Volumes)+len(is) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("left behind: %d containers, %d volumes, %d images", len(cs), len(vs.Volumes), len(is))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+// ownObjects waits up to wait for the engine to hold no object labelled with
+// this process as owner, and says what is left if some remain.
+func ownObjects(wait time.Duration) error { return testenv.LeftObjects(wait) }
 
 // lockedBuffer is a bytes.Buffer safe for the concurrent writes of a
 // command's two output streams.

@@ -19,14 +19,12 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"go.uber.org/goleak"
 
 	"github.com/agentsandbox/sandbox/internal/engine"
-	"github.com/agentsandbox/sandbox/internal/testimage"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/tools"
 )
 
@@ -35,43 +33,21 @@ import (
 var pythonImage, serverBin string
 
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	var err error
-	if pythonImage, err = testimage.FromEnv(ctx, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "test images:", err)
-		return 1
-	}
-	dir, err := os.MkdirTemp("", "mcp-example-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	serverBin = filepath.Join(dir, "mcp")
-	build := exec.CommandContext(ctx, "go", "build", "-o", serverBin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		return 1
-	}
-
-	before := goleak.IgnoreCurrent()
-	code := m.Run()
 	// The tests make no sandbox themselves; the servers' sandboxes are
-	// checked by each test.
-	if err := leftByOwner(engine.Owner()); err != nil {
-		fmt.Fprintln(os.Stderr, "leak check:", err)
-		return 1
-	}
-	if err := goleak.Find(before); err != nil {
-		fmt.Fprintln(os.Stderr, "leak check:", err)
-		return 1
-	}
-	return code
+	// checked by each test, this process's objects by testenv.
+	os.Exit(testenv.Main(m, testenv.Images{Python: &pythonImage}, func(ctx context.Context) (func(), error) {
+		dir, err := os.MkdirTemp("", "mcp-example-")
+		if err != nil {
+			return nil, err
+		}
+		serverBin = filepath.Join(dir, "mcp")
+		build := exec.CommandContext(ctx, "go", "build", "-o", serverBin, ".")
+		if out, err := build.CombinedOutput(); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("go build: %v\n%s", err, out)
+		}
+		return func() { os.RemoveAll(dir) }, nil
+	}))
 }
 
 // lockedBuffer collects a child's standard error.
@@ -228,33 +204,6 @@ func waitGone(t *testing.T, pid int) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// leftByOwner reports objects labelled with owner exactly.
-func leftByOwner(owner string) error {
-	ctx := context.Background()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	f := filters.NewArgs(filters.Arg("label", engine.LabelOwner+"="+owner))
-	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
-	if err != nil {
-		return err
-	}
-	vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
-	if err != nil {
-		return err
-	}
-	is, err := cli.ImageList(ctx, image.ListOptions{All: true, Filters: f})
-	if err != nil {
-		return err
-	}
-	if n := len(cs) + len(vs.Volumes) + len(is); n > 0 {
-		return fmt.Errorf("left behind: %d containers, %d volumes, %d images", len(cs), len(vs.Volumes), len(is))
-	}
-	return nil
 }
 
 // jsonValue decodes JSON for comparisons that ignore formatting.

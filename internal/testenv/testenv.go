@@ -1,0 +1,112 @@
+// Package testenv is the shared TestMain of the project's test suites: it
+// builds the images the tests need, runs them, and then fails the run if
+// this process left engine objects (containers, volumes, networks, images
+// carrying its owner label) or goroutines behind.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
+	"go.uber.org/goleak"
+
+	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/internal/testimage"
+)
+
+// Images receives the references of the test images. Nil fields are not
+// built.
+type Images struct {
+	Busybox *string // the tiny busybox image
+	Python  *string // SANDBOX_IMAGE, or the project's Debian + python3 image
+}
+
+// Main builds the images, runs setup (if not nil), runs the tests, and
+// checks for leaks. Use it as os.Exit(testenv.Main(m, images, nil)).
+func Main(m *testing.M, images Images, setup func(ctx context.Context) (cleanup func(), err error)) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	var err error
+	if images.Busybox != nil {
+		if *images.Busybox, err = testimage.Ensure(ctx, testimage.Busybox, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "test images:", err)
+			return 1
+		}
+	}
+	if images.Python != nil {
+		if *images.Python, err = testimage.FromEnv(ctx, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "test images:", err)
+			return 1
+		}
+	}
+	if setup != nil {
+		cleanup, err := setup(ctx)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "test setup:", err)
+			return 1
+		}
+		if cleanup != nil {
+			defer cleanup()
+		}
+	}
+	before := goleak.IgnoreCurrent()
+	code := m.Run()
+	if err := LeftObjects(15 * time.Second); err != nil {
+		fmt.Fprintln(os.Stderr, "leak check:", err)
+		return 1
+	}
+	if err := goleak.Find(before); err != nil {
+		fmt.Fprintln(os.Stderr, "leak check:", err)
+		return 1
+	}
+	return code
+}
+
+// LeftObjects waits up to wait (the engine removes auto-removed containers
+// asynchronously) for no container, volume, network or image labelled with
+// this process as owner to remain, and says what is left otherwise.
+func LeftObjects(wait time.Duration) error {
+	ctx := context.Background()
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	f := filters.NewArgs(filters.Arg("label", engine.LabelOwner+"="+engine.Owner()))
+	deadline := time.Now().Add(wait)
+	for {
+		cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+		if err != nil {
+			return err
+		}
+		vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
+		if err != nil {
+			return err
+		}
+		ns, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
+		if err != nil {
+			return err
+		}
+		is, err := cli.ImageList(ctx, image.ListOptions{All: true, Filters: f})
+		if err != nil {
+			return err
+		}
+		if len(cs)+len(vs.Volumes)+len(ns)+len(is) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("left behind: %d containers, %d volumes, %d networks, %d images",
+				len(cs), len(vs.Volumes), len(ns), len(is))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
