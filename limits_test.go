@@ -587,3 +587,22 @@ df -k /workspace /tmp | tail -n +2 | while read fs size rest; do echo $size; don
 		t.Errorf("/tmp is %s KiB, want %d", f[8], d.TmpSize>>10)
 	}
 }
+
+// TestLimitsDiskUnlimited: with Disk < 0 the workdir is a tmpfs volume the
+// sandbox user owns, so it is writable, and files round-trip through it.
+func TestLimitsDiskUnlimited(t *testing.T) {
+	t.Parallel()
+	sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{Disk: -1}))
+	ctx := testCtx(t)
+	if err := sb.WriteFile(ctx, "in.txt", []byte("from host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := mustExec(t, sb, `echo made > out.txt && cat in.txt && stat -c '%u:%g' . && awk '$2 == "/workspace" {print $3}' /proc/mounts`)
+	if want := "from host1000:1000\ntmpfs\n"; r.ExitCode != 0 || r.Stdout != want {
+		t.Fatalf("got %+v, want stdout %q", r, want)
+	}
+	got, err := sb.ReadFile(ctx, "out.txt")
+	if err != nil || string(got) != "made\n" {
+		t.Fatalf("ReadFile = %q, %v", got, err)
+	}
+}
