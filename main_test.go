@@ -49,8 +49,12 @@ func newSandboxImage(t testing.TB, img string, opts ...sandbox.Option) *sandbox.
 }
 
 // testCtx returns a context bounded by a generous deadline for one test.
+//
+// Parallel subtests sharing a parent's context may wait for a free slot
+// behind long tests (the snapshot chain takes minutes), so the bound is only
+// a guard against hangs, well inside the suite's own -timeout.
 func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
