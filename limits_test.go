@@ -24,7 +24,8 @@ import (
 // Every Limits field is checked here against hostile code in a real
 // sandbox. Output limits are covered elsewhere.
 
-// engineClient returns a Docker client for inspecting what the library did.
+// engineClient returns a Docker client for inspecting what the library did
+// (shared by the test files of this package).
 func engineClient(t testing.TB) *client.Client {
 	t.Helper()
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	cerrdefs "github.com/containerd/errdefs"
 	"io"
 	"log/slog"
 	"net"
@@ -29,6 +28,8 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
@@ -40,16 +41,6 @@ import (
 )
 
 // ---- helpers ----
-
-func netEngine(t testing.TB) *client.Client {
-	t.Helper()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatalf("docker client: %v", err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
-}
 
 func netRandHex(n int) string {
 	b := make([]byte, n)
@@ -719,7 +710,7 @@ print(json.dumps({"root": root_opts, "files": files, "procs": procs, "hits": hit
 		t.Errorf("search for the secret: %+v", found)
 	}
 	t.Logf("searched %d files and %d processes: %v", found.Files, found.Procs, found.Hits)
-	info, err := netEngine(t).ContainerInspect(testCtx(t), sb.ID())
+	info, err := engineClient(t).ContainerInspect(testCtx(t), sb.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -797,7 +788,7 @@ func TestNetworkExpose(t *testing.T) {
 		t.Errorf("GET %s (nothing listening) = %s %q after %v, want 502 within 6s", u2, resp.Status, body, d)
 	}
 
-	cli := netEngine(t)
+	cli := engineClient(t)
 	netID := netNetworkID(t, cli, sb)
 	if rules := netRules(t, netID); len(rules) != 3 {
 		t.Errorf("firewall rules for the network before Close: %q, want 3", rules)
@@ -894,7 +885,7 @@ func TestNetworkOpen(t *testing.T) {
 func TestNetworkPrune(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	cli := netEngine(t)
+	cli := engineClient(t)
 	mine := strings.Split(engine.Owner(), "/")
 	pidMax := 4194304
 	if b, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil {

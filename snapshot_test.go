@@ -31,17 +31,6 @@ import (
 	"github.com/agentsandbox/sandbox/internal/engine"
 )
 
-// snapEngine returns a Docker client for checking what the library did.
-func snapEngine(t testing.TB) *client.Client {
-	t.Helper()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatalf("docker client: %v", err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
-}
-
 // takeSnapshot snapshots sb; the snapshot is removed when the test ends.
 func takeSnapshot(t testing.TB, sb *sandbox.Sandbox) *sandbox.Snapshot {
 	t.Helper()
@@ -129,7 +118,7 @@ head -c 1048576 /dev/urandom > random.bin
 func TestSnapshotContent(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	cli := snapEngine(t)
+	cli := engineClient(t)
 	src := newSandbox(t)
 	snapRun(t, src, treeScript, 0)
 	before := manifest(t, src)
@@ -266,7 +255,7 @@ ps -o user,args | grep -c .`
 func TestSnapshotSettingsAndHardening(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	cli := snapEngine(t)
+	cli := engineClient(t)
 	opts := []sandbox.Option{
 		sandbox.WithUser("1500:1600"),
 		sandbox.WithWorkdir("/home/agent"),
@@ -369,7 +358,7 @@ func TestSnapshotSettingsAndHardening(t *testing.T) {
 func TestSnapshotNetworkPolicy(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	cli := snapEngine(t)
+	cli := engineClient(t)
 	src := newSandbox(t, sandbox.WithNetwork(sandbox.AllowHosts("example.com")))
 	sn := takeSnapshot(t, src)
 	r := restore(t, sn)
@@ -409,7 +398,7 @@ func TestSnapshotNetworkPolicy(t *testing.T) {
 func TestSnapshotDisk(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	cli := snapEngine(t)
+	cli := engineClient(t)
 	const disk = 32 << 20
 	src := newSandbox(t, sandbox.WithLimits(sandbox.Limits{Disk: disk}))
 	sum := snapRun(t, src, "head -c 8388608 /dev/urandom > payload && md5sum payload", 0)
@@ -507,7 +496,7 @@ func volumeOf(t testing.TB, cli *client.Client, sb *sandbox.Sandbox) string {
 func TestSnapshotFork(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	cli := snapEngine(t)
+	cli := engineClient(t)
 	src := newSandbox(t, sandbox.WithEnv("ROLE=source"))
 	snapRun(t, src, "echo shared > common", 0)
 	sn := takeSnapshot(t, src)
@@ -603,7 +592,7 @@ func waitImageGone(t testing.TB, cli *client.Client, id string) {
 func TestSnapshotRemoveWhileForkRuns(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	cli := snapEngine(t)
+	cli := engineClient(t)
 	src := newSandbox(t)
 	snapRun(t, src, "echo v1 > state", 0)
 	sn, err := src.Snapshot(ctx)
@@ -655,7 +644,7 @@ func TestSnapshotRemoveWhileForkRuns(t *testing.T) {
 func TestSnapshotBadInput(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	cli := snapEngine(t)
+	cli := engineClient(t)
 
 	closed, err := sandbox.New(ctx, sandbox.WithImage(busyboxImage))
 	if err != nil {
@@ -713,7 +702,7 @@ func TestSnapshotBadInput(t *testing.T) {
 // same after the Fork as before it.
 func TestSnapshotForkCancel(t *testing.T) {
 	ctx := testCtx(t)
-	cli := snapEngine(t)
+	cli := engineClient(t)
 	src := newSandbox(t)
 	snapRun(t, src, "echo x > f", 0)
 	sn := takeSnapshot(t, src)
@@ -799,7 +788,7 @@ func TestSnapshotChain150(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	cli := snapEngine(t)
+	cli := engineClient(t)
 	start := time.Now()
 
 	// A small disk: every sandbox of the chain has one of its own.
@@ -933,7 +922,7 @@ func TestSnapshotPrune(t *testing.T) {
 	}
 	t.Parallel()
 	ctx := testCtx(t)
-	cli := snapEngine(t)
+	cli := engineClient(t)
 
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSnapshotHelperProcess$", "-test.count=1", "-test.v=false")
 	cmd.Env = append(os.Environ(), snapHelperEnv+"=1")
