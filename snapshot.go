@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"path"
 	"strings"
 	"sync"
@@ -246,7 +247,7 @@ func (sn *Snapshot) start(ctx context.Context, opts []Option) (*Sandbox, error) 
 	}
 	cfg := sn.cfg
 	cfg.env = append([]string(nil), sn.cfg.env...)
-	cfg.labels = copyMap(sn.cfg.labels)
+	cfg.labels = maps.Clone(sn.cfg.labels)
 	cfg.limits = Limits{}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
@@ -269,17 +270,6 @@ func (sn *Snapshot) start(ctx context.Context, opts []Option) (*Sandbox, error) 
 		return nil, err
 	}
 	return sb, nil
-}
-
-func copyMap(m map[string]string) map[string]string {
-	if m == nil {
-		return nil
-	}
-	c := make(map[string]string, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
 }
 
 // Fork starts n sandboxes from the snapshot concurrently (at most 8 at a
@@ -314,16 +304,7 @@ func (sn *Snapshot) Fork(ctx context.Context, n int, opts ...Option) ([]*Sandbox
 		}
 		return nil, err
 	}
-	log := sn.cfg.logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	for _, o := range opts { // the fork record goes to the forks' logger
-		var c config
-		if o(&c) == nil && c.logger != nil {
-			log = c.logger
-		}
-	}
+	log := sbs[0].log // the fork record goes to the forks' logger
 	log.LogAttrs(ctx, slog.LevelInfo, "sandbox.fork", slog.String("snapshot", sn.id),
 		slog.Int("n", n), slog.Duration("duration", time.Since(start)))
 	return sbs, nil
@@ -368,11 +349,7 @@ func (sn *Snapshot) Remove(ctx context.Context) error {
 	if !inUse {
 		err = sn.deleteImage(ctx)
 	}
-	log := sn.cfg.logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	log.LogAttrs(ctx, slog.LevelInfo, "sandbox.snapshot.remove", slog.String("snapshot", sn.id),
+	sn.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "sandbox.snapshot.remove", slog.String("snapshot", sn.id),
 		slog.Bool("deferred", inUse), errAttr(err))
 	return err
 }
