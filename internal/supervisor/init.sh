@@ -51,21 +51,22 @@ tree() {
 	kill -KILL -"$t" 2>/dev/null
 	for p in $set; do kill -KILL "$p" 2>/dev/null; done
 }
-# oom: prints how many processes the kernel's OOM killer has ended in this
-# container's memory cgroup (cgroup v1 or v2), or -1 if it cannot tell.
+# oom ID: prints "o ID N", N being how many processes the kernel's OOM killer
+# has ended in this container's memory cgroup (cgroup v1 or v2), or -1 if it
+# cannot tell.
 oom() {
 	for f in /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events; do
 		[ -r "$f" ] || continue
 		while read -r k v; do
-			[ "$k" = oom_kill ] && { echo "o $v"; return; }
+			[ "$k" = oom_kill ] && { echo "o $1 $v"; return; }
 		done <"$f"
 	done
-	echo "o -1"
+	echo "o $1 -1"
 }
 while read -r op arg mark; do
 	case $op in
 	k) tree "$arg" "$mark"; echo "k $arg" ;;
-	o) oom ;;
+	o) oom "$arg" ;;
 	p) echo "p $arg" ;;
 	esac
 done

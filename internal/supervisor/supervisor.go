@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/docker/docker/pkg/stdcopy"
 )
@@ -60,24 +62,55 @@ func KillCommand(pid int, mark string) []string {
 // stopped or was removed.
 var ErrGone = errors.New("supervisor: container stopped")
 
+// ErrNoAnswer is returned when the supervisor did not answer a request within
+// Timeout (or the caller's deadline, if sooner): the container is paused or
+// frozen, or the engine stopped relaying its streams.
+var ErrNoAnswer = errors.New("supervisor: no answer")
+
+// Timeout bounds every request when the caller's context has no earlier
+// deadline. A variable so that tests can shorten it.
+var Timeout = 30 * time.Second
+
+// resend is how long an idempotent request (Ping, OOMKills) waits for its
+// answer before it is sent again, within its overall bound.
+const resend = 5 * time.Second
+
 // maxLine bounds a reply line; code in the sandbox can write to the
 // supervisor's stdout, so nothing read from it is trusted to be small.
 const maxLine = 256
 
 // Conn is a connection to a running supervisor over the container's attach
 // stream. It is safe for concurrent use; requests are answered one at a time.
+//
+// A request registers what reply it waits for before it is written, and the
+// reader hands a matching line to that waiter through a buffered slot: a
+// reply that arrives before the requester is ready to receive it is kept,
+// not dropped. (Dropping it was the readiness hang of issue 8: on a loaded
+// host the supervisor answered "o" before the requesting goroutine reached
+// its receive, and the reply was thrown away as "nobody asked".)
 type Conn struct {
 	w    io.WriteCloser
 	mu   sync.Mutex // one request in flight
-	rep  chan string
+	seq  atomic.Uint64
 	done chan struct{}
 	once sync.Once
+
+	wmu  sync.Mutex
+	want *waiter // the request in flight, if any
+
+	delivered func(line string) // test hook: called after each line is handled
+}
+
+// waiter is a request waiting for a reply line starting with prefix.
+type waiter struct {
+	prefix string
+	reply  chan string // capacity 1
 }
 
 // Start reads replies from r (the multiplexed attach stream) and writes
 // requests to w (its stdin). Closing w ends the supervisor and the container.
 func Start(w io.WriteCloser, r io.Reader) *Conn {
-	c := &Conn{w: w, rep: make(chan string), done: make(chan struct{})}
+	c := &Conn{w: w, done: make(chan struct{})}
 	pr, pw := io.Pipe()
 	go func() {
 		_, err := stdcopy.StdCopy(pw, io.Discard, r)
@@ -92,13 +125,27 @@ func Start(w io.WriteCloser, r io.Reader) *Conn {
 			if err != nil {
 				return
 			}
-			select {
-			case c.rep <- line:
-			default: // nobody asked: a stray or forged line
+			c.deliver(line)
+			if c.delivered != nil {
+				c.delivered(line)
 			}
 		}
 	}()
 	return c
+}
+
+// deliver hands line to the waiting request if it is the reply that request
+// waits for; other lines (stray, late or forged) are dropped.
+func (c *Conn) deliver(line string) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.want == nil || !strings.HasPrefix(line, c.want.prefix) {
+		return
+	}
+	select {
+	case c.want.reply <- line:
+	default: // already answered
+	}
 }
 
 // readLine returns the next line, dropping lines longer than maxLine.
@@ -121,35 +168,61 @@ func readLine(br *bufio.Reader) (string, error) {
 // Done is closed when the supervisor's stream ends.
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
-// request sends line and waits for a reply starting with prefix.
-func (c *Conn) request(ctx context.Context, line, prefix string) (string, error) {
+// request sends the line made by mk (given a fresh sequence number) and
+// waits for a reply starting with the prefix mk returns; it returns the
+// rest of that reply. If idempotent, the request is sent again (with a new
+// number) when no answer came within resend. The wait is bounded by ctx and
+// by Timeout.
+func (c *Conn) request(ctx context.Context, idempotent bool, mk func(seq uint64) (line, prefix string)) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	select {
-	case <-c.done:
-		return "", ErrGone
-	default:
-	}
-	if _, err := io.WriteString(c.w, line+"\n"); err != nil {
-		return "", fmt.Errorf("%w: %v", ErrGone, err)
-	}
+	bound := time.NewTimer(Timeout)
+	defer bound.Stop()
+	defer c.setWant(nil)
 	for {
 		select {
-		case r := <-c.rep:
-			if strings.HasPrefix(r, prefix) {
-				return strings.TrimPrefix(r, prefix), nil
-			}
+		case <-c.done:
+			return "", ErrGone
+		default:
+		}
+		line, prefix := mk(c.seq.Add(1))
+		w := &waiter{prefix: prefix, reply: make(chan string, 1)}
+		c.setWant(w) // before writing: the reply may come back at once
+		if _, err := io.WriteString(c.w, line+"\n"); err != nil {
+			return "", fmt.Errorf("%w: %v", ErrGone, err)
+		}
+		var again <-chan time.Time
+		if idempotent {
+			t := time.NewTimer(resend)
+			defer t.Stop()
+			again = t.C
+		}
+		select {
+		case r := <-w.reply:
+			return strings.TrimPrefix(r, prefix), nil
 		case <-c.done:
 			return "", ErrGone
 		case <-ctx.Done():
 			return "", ctx.Err()
+		case <-bound.C:
+			return "", fmt.Errorf("%w to %q within %v", ErrNoAnswer, line, Timeout)
+		case <-again:
 		}
 	}
 }
 
+func (c *Conn) setWant(w *waiter) {
+	c.wmu.Lock()
+	c.want = w
+	c.wmu.Unlock()
+}
+
 // Ping waits until the supervisor answers.
 func (c *Conn) Ping(ctx context.Context) error {
-	_, err := c.request(ctx, "p 1", "p 1")
+	_, err := c.request(ctx, true, func(seq uint64) (string, string) {
+		n := strconv.FormatUint(seq, 10)
+		return "p " + n, "p " + n
+	})
 	return err
 }
 
@@ -159,7 +232,9 @@ func (c *Conn) Ping(ctx context.Context) error {
 // user.
 func (c *Conn) Kill(ctx context.Context, pid int, mark string) error {
 	p := strconv.Itoa(pid)
-	_, err := c.request(ctx, "k "+p+" "+mark, "k "+p)
+	_, err := c.request(ctx, false, func(uint64) (string, string) {
+		return "k " + p + " " + mark, "k " + p
+	})
 	return err
 }
 
@@ -167,7 +242,10 @@ func (c *Conn) Kill(ctx context.Context, pid int, mark string) error {
 // the container's memory cgroup so far, or -1 if the container cannot see
 // that counter (as under gVisor).
 func (c *Conn) OOMKills(ctx context.Context) (int64, error) {
-	s, err := c.request(ctx, "o", "o ")
+	s, err := c.request(ctx, true, func(seq uint64) (string, string) {
+		n := strconv.FormatUint(seq, 10)
+		return "o " + n, "o " + n + " "
+	})
 	if err != nil {
 		return 0, err
 	}
