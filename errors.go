@@ -8,8 +8,16 @@ var (
 	// ErrClosed is returned by every method of a Sandbox after Close.
 	ErrClosed = errors.New("sandbox: closed")
 
-	// ErrEngineUnavailable means the Docker engine could not be reached.
+	// ErrEngineUnavailable means the Docker engine could not be reached, or
+	// did not answer a request within DefaultTimeout.
 	ErrEngineUnavailable = errors.New("sandbox: cannot reach Docker engine")
+
+	// ErrUnresponsive means the sandbox did not answer within DefaultTimeout
+	// although the caller's context had not ended: its container is paused
+	// (docker pause from outside the library) or frozen, or its init
+	// process does not reply. The error says what did not answer. (An engine
+	// that does not answer is ErrEngineUnavailable.)
+	ErrUnresponsive = errors.New("sandbox: no answer in time")
 
 	// ErrImageNotFound means the image is not present on the engine and was
 	// not pulled (see WithPull).

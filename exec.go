@@ -18,6 +18,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/supervisor"
 )
 
@@ -280,7 +281,9 @@ func (c *Cmd) Start() error {
 		return s.engineErr("exec", err)
 	}
 	c.execID = created.ID
-	c.hijack, err = s.cli.ContainerExecAttach(ctx, c.execID, container.ExecAttachOptions{})
+	c.hijack, err = engine.Attach(ctx, s.cfg.timeout, func(ctx context.Context) (types.HijackedResponse, error) {
+		return s.cli.ContainerExecAttach(ctx, c.execID, container.ExecAttachOptions{})
+	})
 	if err != nil {
 		c.cancel()
 		return s.engineErr("exec attach", err)
@@ -321,13 +324,14 @@ func (c *Cmd) watch(ctx context.Context, user string) {
 	case <-ctx.Done():
 	}
 	c.killErr = ctx.Err()
+	s := c.sb
 	var pid int
 	select {
 	case pid = <-c.pid:
 		c.pid <- pid
 	case <-c.killed: // the stream ended without a pid: nothing ran
 		return
-	case <-time.After(30 * time.Second):
+	case <-time.After(s.cfg.timeout):
 		// The engine can take seconds to start an exec on a loaded host, so
 		// a missing pid does not mean nothing will run; only give up on a
 		// command the engine has not started in all this time.
@@ -338,7 +342,6 @@ func (c *Cmd) watch(ctx context.Context, user string) {
 		c.hijack.Close()
 		return
 	}
-	s := c.sb
 	var err error
 	if user == s.cfg.user {
 		kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -373,12 +376,18 @@ func (s *Sandbox) killByExec(ctx context.Context, user string, pid int, mark str
 	if err != nil {
 		return err
 	}
-	h, err := s.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	h, err := engine.Attach(ctx, s.cfg.timeout, func(ctx context.Context) (types.HijackedResponse, error) {
+		return s.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	})
 	if err != nil {
 		return err
 	}
 	defer h.Close()
+	defer context.AfterFunc(ctx, h.Close)() // a frozen engine never ends the stream
 	_, err = io.Copy(io.Discard, h.Reader)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
 	return err
 }
 
@@ -397,7 +406,7 @@ func (c *Cmd) Wait() error {
 	copyErr := <-c.copyDone
 	// The streams have ended; the process has exited or closed them. Poll
 	// for its status while the watcher can still kill it on timeout.
-	code, err := s.execExitCode(c.execID)
+	code, err := c.exitCode()
 	close(c.killed)
 	<-c.watchDone
 	c.cancel()
@@ -429,16 +438,23 @@ func (c *Cmd) Wait() error {
 	return nil
 }
 
-// execExitCode waits for the engine to record the exec's exit status.
-func (s *Sandbox) execExitCode(id string) (int, error) {
-	ctx := context.Background()
+// exitCode waits for the engine to record the exec's exit status. A
+// command that keeps running after closing its output is waited for as long
+// as it runs (its ExecTimeout and context still kill it); once the watcher
+// has killed it, the engine gets the sandbox's timeout to report the end
+// before Wait gives up with an error saying why (a paused container, an
+// unresponsive sandbox).
+func (c *Cmd) exitCode() (int, error) {
+	s := c.sb
+	var giveUp <-chan time.Time
+	watchDone := c.watchDone
 	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
 		// After Close the client must not be used: a request would open a
 		// connection that nothing closes any more.
 		if err := s.check(); err != nil {
 			return 0, err
 		}
-		info, err := s.cli.ContainerExecInspect(ctx, id)
+		info, err := s.cli.ContainerExecInspect(context.Background(), c.execID)
 		if err != nil {
 			if err := s.check(); err != nil {
 				return 0, err
@@ -448,10 +464,20 @@ func (s *Sandbox) execExitCode(id string) (int, error) {
 		if !info.Running {
 			return info.ExitCode, nil
 		}
-		if err := s.check(); err != nil {
-			return 0, err
+		select {
+		case <-watchDone: // the kill is over, yet the command runs
+			watchDone = nil
+			switch s.stateNow() {
+			case statePaused:
+				return 0, s.pausedErr("exec: the command could not be killed")
+			case stateGone:
+				return 0, fmt.Errorf("%w: exec: %s", ErrSandboxGone, shortID(s.id))
+			}
+			giveUp = time.After(s.cfg.timeout)
+		case <-giveUp:
+			return 0, fmt.Errorf("%w: exec: the engine still reports the command running %v after it was killed", ErrUnresponsive, s.cfg.timeout)
+		case <-time.After(delay):
 		}
-		time.Sleep(delay)
 	}
 }
 

@@ -5,4 +5,6 @@ package sandbox
 var (
 	WithTestResolver      = withResolver
 	WithTestUpstreamRoots = withUpstreamRoots
+	// WithTestTimeout replaces DefaultTimeout for one sandbox.
+	WithTestTimeout = withTimeout
 )

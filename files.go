@@ -56,7 +56,7 @@ func (s *Sandbox) pathErr(op, name string, err error) error {
 	msg := err.Error()
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-	case strings.Contains(msg, "No such container"):
+	case strings.Contains(msg, "No such container"), engine.IsUnreachable(err):
 		err = s.engineErr(op, err)
 	case strings.Contains(msg, "Could not find the file"), strings.Contains(msg, "no such file"),
 		strings.Contains(msg, "not found"):
@@ -69,6 +69,8 @@ func (s *Sandbox) pathErr(op, name string, err error) error {
 		err = syscall.ENOSPC
 	case strings.Contains(msg, "too many links"):
 		err = syscall.ELOOP
+	case engine.IsConflict(err): // a paused container, for one
+		err = s.engineErr(op, err)
 	case engine.IsNotFound(err):
 		// A stat (HEAD request) 404 comes without a message.
 		if s.goneNow() {
@@ -102,7 +104,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, data []byte, perm 
 	if err := tarsafe.SingleFile(&buf, base, data, perm, s.uid, s.gid); err != nil {
 		return &fs.PathError{Op: "write", Path: name, Err: err}
 	}
-	err := s.cli.CopyToContainer(ctx, s.id, dir, &buf, container.CopyToContainerOptions{})
+	err := s.copyTo(ctx, s.id, dir, &buf)
 	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.file.write", slog.String("sandbox", s.id),
 		slog.String("path", p), slog.Int("bytes", len(data)), errAttr(err))
 	return s.pathErr("write", name, err)
@@ -125,7 +127,7 @@ func (s *Sandbox) readFile(ctx context.Context, p, name string) ([]byte, error) 
 			data, err := s.readExec(ctx, p)
 			return data, s.pathErr("read", name, err)
 		}
-		rc, _, err := s.cli.CopyFromContainer(ctx, s.id, p)
+		rc, err := s.copyFrom(ctx, s.id, p)
 		if err != nil {
 			return nil, s.pathErr("read", name, err)
 		}
@@ -535,7 +537,7 @@ func (s *Sandbox) CopyIn(ctx context.Context, dst string, src fs.FS) error {
 	go func() {
 		pw.CloseWithError(tarsafe.FromFS(cw, src, ".", tarsafe.Header{Uid: s.uid, Gid: s.gid}))
 	}()
-	err := s.cli.CopyToContainer(ctx, s.id, p, pr, container.CopyToContainerOptions{})
+	err := s.copyTo(ctx, s.id, p, pr)
 	pr.CloseWithError(errors.New("sandbox: copy aborted"))
 	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.file.copyin", slog.String("sandbox", s.id),
 		slog.String("path", p), slog.Int64("tar_bytes", cw.n.n), errAttr(err))
@@ -558,7 +560,7 @@ func (s *Sandbox) CopyOut(ctx context.Context, src, hostDir string) error {
 	if viaExec(p) {
 		return &fs.PathError{Op: "copyout", Path: src, Err: errNoArchive}
 	}
-	rc, _, err := s.cli.CopyFromContainer(ctx, s.id, p)
+	rc, err := s.copyFrom(ctx, s.id, p)
 	if err != nil {
 		return s.pathErr("copyout", src, err)
 	}

@@ -444,6 +444,10 @@ func withResolver(f resolveFunc) Option {
 	return func(c *config) error { c.resolve = f; return nil }
 }
 
+func withTimeout(d time.Duration) Option {
+	return func(c *config) error { c.timeout = d; return nil }
+}
+
 func withUpstreamRoots(p *x509.CertPool) Option {
 	return func(c *config) error { c.upstreamRoots = p; return nil }
 }

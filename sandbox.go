@@ -33,6 +33,16 @@ import (
 // DefaultImage is the image used when WithImage is not given.
 const DefaultImage = "python:3.12-slim"
 
+// DefaultTimeout bounds every wait on the engine and on the sandbox's init
+// process that the caller's context does not bound sooner: one engine
+// request (until its answer starts), the set-up of an attached stream, a
+// reply from the init process, the readiness of a new sandbox. A wait that
+// runs out fails with an error wrapping ErrUnresponsive that names what did
+// not answer, so no call can block forever, even with
+// context.Background(). Long transfers (copies, commits) are bounded by
+// progress: each may go quiet for at most this long.
+const DefaultTimeout = 30 * time.Second
+
 // Sandbox is a running, hardened container that commands and files can be
 // sent to. Create one with New and end it with Close. A Sandbox is safe for
 // concurrent use by multiple goroutines.
@@ -75,6 +85,7 @@ type config struct {
 	restore *Snapshot // set by Snapshot.New
 	network NetworkPolicy
 
+	timeout       time.Duration  // bound on each wait the caller's context does not bound (DefaultTimeout; a test hook can shorten it)
 	resolve       resolveFunc    // test hook: the proxy's resolver
 	upstreamRoots *x509.CertPool // test hook: roots for intercepted upstreams
 }
@@ -222,6 +233,7 @@ func newConfig(opts []Option) (config, error) {
 		workdir: "/workspace",
 		user:    "1000:1000",
 		logger:  slog.New(slog.DiscardHandler),
+		timeout: DefaultTimeout,
 	}
 	for _, o := range opts {
 		if err := o(&c); err != nil {
@@ -246,8 +258,10 @@ func New(ctx context.Context, opts ...Option) (*Sandbox, error) {
 	return create(ctx, cfg)
 }
 
-func connect(ctx context.Context, host string) (*client.Client, error) {
-	cli, err := engine.Connect(ctx, host)
+// connect returns a client whose every request must start to be answered
+// within answer.
+func connect(ctx context.Context, host string, answer time.Duration) (*client.Client, error) {
+	cli, err := engine.Connect(ctx, host, answer)
 	if err != nil {
 		return nil, fmt.Errorf("%w at %s: is dockerd running, and may this user use it? (%v)",
 			ErrEngineUnavailable, engine.Host(host), err)
@@ -269,7 +283,7 @@ func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 			s.log.LogAttrs(ctx, slog.LevelError, "sandbox.create", slog.String("image", cfg.image), slog.String("error", err.Error()))
 		}
 	}()
-	if s.cli, err = connect(ctx, cfg.host); err != nil {
+	if s.cli, err = connect(ctx, cfg.host, cfg.timeout); err != nil {
 		return nil, err
 	}
 	if err := s.ensureImage(ctx); err != nil {
@@ -323,6 +337,7 @@ func (s *Sandbox) ensureImage(ctx context.Context) error {
 	}
 	rc, err := s.cli.ImagePull(ctx, s.cfg.image, image.PullOptions{})
 	if err == nil {
+		rc = engine.IdleBounded(rc, s.cfg.timeout)
 		err = readJSONStream(rc)
 		rc.Close()
 	}
@@ -362,6 +377,10 @@ func (s *Sandbox) createVolume(ctx context.Context) error {
 	s.volume = v.Name
 	return ctxErr(ctx, "create volume")
 }
+
+// commitTimeout bounds the wait for a snapshot's commit: the engine answers
+// only once the layer is written.
+const commitTimeout = 5 * time.Minute
 
 // detached returns a context for a call that makes an engine object. It is
 // not cancelled with ctx: a request cancelled in flight may still have been
@@ -453,21 +472,44 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 	if err := ctxErr(ctx, "create container"); err != nil {
 		return err
 	}
-	if s.attach, err = s.cli.ContainerAttach(ctx, s.id, container.AttachOptions{
-		Stream: true, Stdin: true, Stdout: true, Stderr: true,
+	if s.attach, err = engine.Attach(ctx, s.cfg.timeout, func(ctx context.Context) (types.HijackedResponse, error) {
+		return s.cli.ContainerAttach(ctx, s.id, container.AttachOptions{
+			Stream: true, Stdin: true, Stdout: true, Stderr: true,
+		})
 	}); err != nil {
 		return s.engineErr("attach", err)
 	}
-	s.sup = supervisor.Start(stdinCloser{s.attach}, s.attach.Reader)
+	s.sup = supervisor.Start(stdinCloser{s.attach}, s.attach.Reader, s.cfg.timeout)
 	if err := s.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
 		return s.engineErr("start container", err)
 	}
 	n, err := s.sup.OOMKills(ctx)
 	if err != nil {
-		return fmt.Errorf("sandbox: the container's init did not start (does %s have /bin/sh and sleep?): %w", s.cfg.image, err)
+		return s.initErr(fmt.Sprintf("the container's init did not start (does %s have /bin/sh and sleep?)", s.cfg.image), err)
 	}
 	s.oomSeen = n
 	return nil
+}
+
+// copyTo streams the tar archive r into directory dir of container id. The
+// upload is bounded by progress: it fails when the engine has taken nothing
+// for the sandbox's timeout (a frozen engine stops reading).
+func (s *Sandbox) copyTo(ctx context.Context, id, dir string, r io.Reader) error {
+	wctx, kick, stop := engine.Watch(ctx, s.cfg.timeout)
+	defer stop()
+	err := s.cli.CopyToContainer(wctx, id, dir, engine.Kicking(r, kick), container.CopyToContainerOptions{})
+	return engine.Cause(wctx, err)
+}
+
+// copyFrom returns a tar archive of path p in container id. Every read of it
+// is bounded: it fails when the engine sent nothing for the sandbox's
+// timeout.
+func (s *Sandbox) copyFrom(ctx context.Context, id, p string) (io.ReadCloser, error) {
+	rc, _, err := s.cli.CopyFromContainer(ctx, id, p)
+	if err != nil {
+		return nil, err
+	}
+	return engine.IdleBounded(rc, s.cfg.timeout), nil
 }
 
 // stdinCloser writes to an attach stream and closes only its write half.
@@ -507,21 +549,74 @@ func (s *Sandbox) engineErr(op string, err error) error {
 		return nil
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("sandbox: %s: %w", op, err)
-	case s.id != "" && (engine.IsNotFound(err) || engine.IsConflict(err)) && s.goneNow():
-		return fmt.Errorf("%w: %s: %s: %v", ErrSandboxGone, op, shortID(s.id), err)
 	case engine.IsUnreachable(err):
-		return fmt.Errorf("%w at %s: %s: %v", ErrEngineUnavailable, engine.Host(s.cfg.host), op, err)
+		return fmt.Errorf("%w at %s: %s: no connection, or no answer within %v (is dockerd running?): %v",
+			ErrEngineUnavailable, engine.Host(s.cfg.host), op, s.cfg.timeout, err)
+	case s.id != "" && (engine.IsNotFound(err) || engine.IsConflict(err)):
+		switch s.stateNow() {
+		case stateGone:
+			return fmt.Errorf("%w: %s: %s: %v", ErrSandboxGone, op, shortID(s.id), err)
+		case statePaused:
+			return s.pausedErr(op)
+		}
 	}
 	return fmt.Errorf("sandbox: %s: %w", op, err)
 }
 
-// goneNow asks the engine whether the container still runs.
-func (s *Sandbox) goneNow() bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// initErr is the error for a request to the sandbox's init process that
+// failed: the container is gone, paused, or its init does not answer.
+func (s *Sandbox) initErr(op string, err error) error {
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("sandbox: %s: %w", op, err)
+	case errors.Is(err, supervisor.ErrGone):
+		return fmt.Errorf("%w: %s: %s stopped (removed or killed outside the library, or its Lifetime ended)", ErrSandboxGone, op, shortID(s.id))
+	case errors.Is(err, supervisor.ErrNoAnswer):
+		switch s.stateNow() {
+		case stateGone:
+			return fmt.Errorf("%w: %s: %s: %v", ErrSandboxGone, op, shortID(s.id), err)
+		case statePaused:
+			return s.pausedErr(op)
+		}
+		return fmt.Errorf("%w: %s: %s: %v", ErrUnresponsive, op, shortID(s.id), err)
+	}
+	return fmt.Errorf("sandbox: %s: %w", op, err)
+}
+
+func (s *Sandbox) pausedErr(op string) error {
+	return fmt.Errorf("%w: %s: %s is paused (docker pause from outside the library); unpause it to use it again",
+		ErrUnresponsive, op, shortID(s.id))
+}
+
+type containerState int
+
+const (
+	stateRunning containerState = iota
+	statePaused
+	stateGone    // removed, exited, or being removed
+	stateUnknown // the engine did not say
+)
+
+// stateNow asks the engine what state the container is in.
+func (s *Sandbox) stateNow() containerState {
+	ctx, cancel := context.WithTimeout(context.Background(), min(5*time.Second, s.cfg.timeout))
 	defer cancel()
 	info, err := s.cli.ContainerInspect(ctx, s.id)
-	return engine.IsNotFound(err) || (err == nil && (info.State == nil || !info.State.Running))
+	switch {
+	case engine.IsNotFound(err):
+		return stateGone
+	case err != nil:
+		return stateUnknown
+	case info.State == nil || !info.State.Running || info.State.Dead || info.State.Restarting:
+		return stateGone
+	case info.State.Paused:
+		return statePaused
+	}
+	return stateRunning
 }
+
+// goneNow asks the engine whether the container has stopped or gone.
+func (s *Sandbox) goneNow() bool { return s.stateNow() == stateGone }
 
 func shortID(id string) string {
 	if len(id) > 12 {
@@ -619,7 +714,7 @@ func removeVolume(ctx context.Context, cli *client.Client, name string) error {
 // or that were made on another host. It returns how many objects it
 // removed. It uses the engine from DOCKER_HOST or the default socket.
 func Prune(ctx context.Context) (int, error) {
-	cli, err := connect(ctx, "")
+	cli, err := connect(ctx, "", DefaultTimeout)
 	if err != nil {
 		return 0, err
 	}

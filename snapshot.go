@@ -97,14 +97,21 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The engine answers a commit only once the layer is written, which
+	// takes longer the more files there are: a client with a longer bound.
 	dctx, cancel = detached(ctx)
-	img, err := s.cli.ContainerCommit(dctx, tmp.ID, container.CommitOptions{
+	defer cancel()
+	ccli, err := connect(dctx, s.cfg.host, commitTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer ccli.Close()
+	img, err := ccli.ContainerCommit(dctx, tmp.ID, container.CommitOptions{
 		Comment: "agentsandbox snapshot of " + shortID(s.id),
 		Config: &container.Config{
 			Labels: engine.Labels("snapshot", map[string]string{"dev.agentsandbox.source": s.id}),
 		},
 	})
-	cancel()
 	if err != nil {
 		return nil, s.engineErr("snapshot: commit", err)
 	}
@@ -121,7 +128,7 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
 // copyWorkdir streams the sandbox's working directory into snapshotDir of
 // container dst.
 func (s *Sandbox) copyWorkdir(ctx context.Context, dst string) error {
-	rc, _, err := s.cli.CopyFromContainer(ctx, s.id, s.cfg.workdir)
+	rc, err := s.copyFrom(ctx, s.id, s.cfg.workdir)
 	if err != nil {
 		return s.engineErr("snapshot: read workdir", err)
 	}
@@ -131,7 +138,7 @@ func (s *Sandbox) copyWorkdir(ctx context.Context, dst string) error {
 		// Entries are named base(workdir)/...; move them under snapshotDir.
 		pw.CloseWithError(rebase(pw, rc, path.Base(s.cfg.workdir), strings.TrimPrefix(snapshotDir, "/"), true))
 	}()
-	err = s.cli.CopyToContainer(ctx, dst, "/", pr, container.CopyToContainerOptions{})
+	err = s.copyTo(ctx, dst, "/", pr)
 	pr.CloseWithError(errors.New("aborted"))
 	if err != nil {
 		return s.engineErr("snapshot: write workdir", err)
@@ -212,14 +219,14 @@ func (s *Sandbox) restoreWorkdir(ctx context.Context) error {
 	if err := ctxErr(ctx, "restore: create reader"); err != nil {
 		return err
 	}
-	rc, _, err := s.cli.CopyFromContainer(ctx, src.ID, snapshotDir)
+	rc, err := s.copyFrom(ctx, src.ID, snapshotDir)
 	if err != nil {
 		return s.engineErr("restore: read snapshot", err)
 	}
 	defer rc.Close()
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(rebase(pw, rc, path.Base(snapshotDir), "", false)) }()
-	err = s.cli.CopyToContainer(ctx, s.id, s.cfg.workdir, pr, container.CopyToContainerOptions{})
+	err = s.copyTo(ctx, s.id, s.cfg.workdir, pr)
 	pr.CloseWithError(errors.New("aborted"))
 	if err != nil {
 		return s.pathErr("restore", s.cfg.workdir, err)
@@ -357,7 +364,7 @@ func (sn *Snapshot) Remove(ctx context.Context) error {
 func (sn *Snapshot) deleteImage(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	cli, err := connect(ctx, sn.cfg.host)
+	cli, err := connect(ctx, sn.cfg.host, sn.cfg.timeout)
 	if err != nil {
 		return err
 	}

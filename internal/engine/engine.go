@@ -7,12 +7,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/client"
 )
 
@@ -43,12 +48,19 @@ var versions sync.Map // engine address -> negotiated API version
 // DOCKER_TLS_VERIFY as with the docker CLI). The API version is negotiated
 // once per address and reused, so later connections cost no round trip.
 // The error is the engine's own; callers decide how to present it.
-func Connect(ctx context.Context, host string) (*client.Client, error) {
+//
+// Every request of the client must see the start of the engine's answer
+// within answer, whatever its context says: an engine that stopped
+// answering fails the request (IsUnreachable) instead of holding it
+// forever. Request and response bodies are not covered (bound them with the
+// request's context and IdleBounded), nor are hijacked streams (bound their
+// set-up with Attach).
+func Connect(ctx context.Context, host string, answer time.Duration) (*client.Client, error) {
 	addr := Host(host)
-	opts := []client.Opt{client.FromEnv}
-	if host != "" {
-		opts = append(opts, client.WithHost(host))
-	}
+	// The client configures this transport for the host (socket dialer,
+	// TLS) and keeps it as its base transport.
+	hc := &http.Client{Transport: &http.Transport{ResponseHeaderTimeout: answer}}
+	opts := []client.Opt{client.WithHTTPClient(hc), client.FromEnv, client.WithHost(addr)}
 	if v, ok := versions.Load(addr); ok {
 		opts = append(opts, client.WithVersion(v.(string)))
 	} else {
@@ -77,10 +89,92 @@ func IsNotFound(err error) bool { return cerrdefs.IsNotFound(err) }
 // container that is not running, or whose removal is already in progress).
 func IsConflict(err error) bool { return cerrdefs.IsConflict(err) }
 
+// ErrIdle is returned by a reader from IdleBounded that saw no data in time.
+var ErrIdle = errors.New("engine: no data in time")
+
+// IdleBounded returns rc with every Read bounded: when a Read has waited
+// idle without data, rc is closed (which ends the Read) and the Read
+// returns ErrIdle. For response bodies and streams whose progress is
+// expected (archives, progress messages).
+func IdleBounded(rc io.ReadCloser, idle time.Duration) io.ReadCloser {
+	r := &idleReader{rc: rc, idle: idle}
+	r.t = time.AfterFunc(time.Hour, func() {
+		r.fired.Store(true)
+		rc.Close()
+	})
+	r.t.Stop()
+	return r
+}
+
+type idleReader struct {
+	rc    io.ReadCloser
+	idle  time.Duration
+	t     *time.Timer
+	fired atomic.Bool
+}
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	r.t.Reset(r.idle)
+	n, err := r.rc.Read(p)
+	r.t.Stop()
+	if r.fired.Load() {
+		return n, fmt.Errorf("%w: nothing for %v", ErrIdle, r.idle)
+	}
+	return n, err
+}
+
+func (r *idleReader) Close() error {
+	r.t.Stop()
+	return r.rc.Close()
+}
+
+// Attach runs f, an attach or exec-attach call, and gives up when it has not
+// returned within d: the docker client reads the answer to a hijacking
+// request without regard to its context, so an engine that stopped
+// answering would hold it forever. A connection that comes back after
+// Attach gave up is closed.
+func Attach(ctx context.Context, d time.Duration, f func(context.Context) (types.HijackedResponse, error)) (types.HijackedResponse, error) {
+	type result struct {
+		h   types.HijackedResponse
+		err error
+	}
+	ch := make(chan result, 1)
+	actx, cancel := context.WithCancel(ctx)
+	go func() {
+		h, err := f(actx)
+		ch <- result{h, err}
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	giveUp := func() {
+		cancel()
+		go func() {
+			if r := <-ch; r.err == nil {
+				r.h.Close()
+			}
+		}()
+	}
+	select {
+	case r := <-ch:
+		cancel()
+		return r.h, r.err
+	case <-ctx.Done():
+		giveUp()
+		return types.HijackedResponse{}, ctx.Err()
+	case <-t.C:
+		giveUp()
+		return types.HijackedResponse{}, fmt.Errorf("%w: attaching took over %v", ErrNoAnswer, d)
+	}
+}
+
+// ErrNoAnswer is returned by Attach when the engine did not answer in time.
+var ErrNoAnswer = errors.New("engine: no answer in time")
+
 // IsUnreachable reports whether err means the engine could not be reached
 // at all (as opposed to an error the engine returned).
 func IsUnreachable(err error) bool {
 	return client.IsErrConnectionFailed(err) || errors.Is(err, os.ErrNotExist) ||
+		errors.Is(err, ErrNoAnswer) || errors.Is(err, ErrIdle) ||
 		strings.Contains(err.Error(), "Cannot connect to the Docker daemon")
 }
 
@@ -148,4 +242,36 @@ func startTime(pid int) uint64 {
 	}
 	v, _ := strconv.ParseUint(f[19], 10, 64) // field 22 of stat
 	return v
+}
+
+// Watch returns a context derived from ctx that ends, with cause ErrIdle,
+// once idle passes without a call to kick; stop releases it. It bounds a
+// request whose body the engine may stop reading (an archive upload): wrap
+// the body with Kicking so that every read of it counts as progress.
+func Watch(ctx context.Context, idle time.Duration) (_ context.Context, kick, stop func()) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	t := time.AfterFunc(idle, func() { cancel(fmt.Errorf("%w: nothing moved for %v", ErrIdle, idle)) })
+	return wctx, func() { t.Reset(idle) }, func() { t.Stop(); cancel(nil) }
+}
+
+// Kicking returns r with kick called before every Read.
+func Kicking(r io.Reader, kick func()) io.Reader { return kickReader{r, kick} }
+
+type kickReader struct {
+	r    io.Reader
+	kick func()
+}
+
+func (k kickReader) Read(p []byte) (int, error) {
+	k.kick()
+	return k.r.Read(p)
+}
+
+// Cause returns err, or the reason ctx (from Watch) ended if err is that
+// context's cancellation.
+func Cause(ctx context.Context, err error) error {
+	if err != nil && errors.Is(context.Cause(ctx), ErrIdle) {
+		return context.Cause(ctx)
+	}
+	return err
 }

@@ -63,13 +63,9 @@ func KillCommand(pid int, mark string) []string {
 var ErrGone = errors.New("supervisor: container stopped")
 
 // ErrNoAnswer is returned when the supervisor did not answer a request within
-// Timeout (or the caller's deadline, if sooner): the container is paused or
-// frozen, or the engine stopped relaying its streams.
+// the Conn's timeout (see Start): the container is paused or frozen, or the
+// engine stopped relaying its streams.
 var ErrNoAnswer = errors.New("supervisor: no answer")
-
-// Timeout bounds every request when the caller's context has no earlier
-// deadline. A variable so that tests can shorten it.
-var Timeout = 30 * time.Second
 
 // resend is how long an idempotent request (Ping, OOMKills) waits for its
 // answer before it is sent again, within its overall bound.
@@ -89,11 +85,12 @@ const maxLine = 256
 // host the supervisor answered "o" before the requesting goroutine reached
 // its receive, and the reply was thrown away as "nobody asked".)
 type Conn struct {
-	w    io.WriteCloser
-	mu   sync.Mutex // one request in flight
-	seq  atomic.Uint64
-	done chan struct{}
-	once sync.Once
+	w       io.WriteCloser
+	timeout time.Duration
+	mu      sync.Mutex // one request in flight
+	seq     atomic.Uint64
+	done    chan struct{}
+	once    sync.Once
 
 	wmu  sync.Mutex
 	want *waiter // the request in flight, if any
@@ -109,8 +106,9 @@ type waiter struct {
 
 // Start reads replies from r (the multiplexed attach stream) and writes
 // requests to w (its stdin). Closing w ends the supervisor and the container.
-func Start(w io.WriteCloser, r io.Reader) *Conn {
-	c := &Conn{w: w, done: make(chan struct{})}
+// Every request waits at most timeout for its answer, whatever its context.
+func Start(w io.WriteCloser, r io.Reader, timeout time.Duration) *Conn {
+	c := &Conn{w: w, timeout: timeout, done: make(chan struct{})}
 	pr, pw := io.Pipe()
 	go func() {
 		_, err := stdcopy.StdCopy(pw, io.Discard, r)
@@ -172,11 +170,11 @@ func (c *Conn) Done() <-chan struct{} { return c.done }
 // waits for a reply starting with the prefix mk returns; it returns the
 // rest of that reply. If idempotent, the request is sent again (with a new
 // number) when no answer came within resend. The wait is bounded by ctx and
-// by Timeout.
+// by the Conn's timeout.
 func (c *Conn) request(ctx context.Context, idempotent bool, mk func(seq uint64) (line, prefix string)) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	bound := time.NewTimer(Timeout)
+	bound := time.NewTimer(c.timeout)
 	defer bound.Stop()
 	defer c.setWant(nil)
 	for {
@@ -193,7 +191,7 @@ func (c *Conn) request(ctx context.Context, idempotent bool, mk func(seq uint64)
 		}
 		var again <-chan time.Time
 		if idempotent {
-			t := time.NewTimer(resend)
+			t := time.NewTimer(min(resend, c.timeout/3))
 			defer t.Stop()
 			again = t.C
 		}
@@ -205,7 +203,7 @@ func (c *Conn) request(ctx context.Context, idempotent bool, mk func(seq uint64)
 		case <-ctx.Done():
 			return "", ctx.Err()
 		case <-bound.C:
-			return "", fmt.Errorf("%w to %q within %v", ErrNoAnswer, line, Timeout)
+			return "", fmt.Errorf("%w to %q within %v", ErrNoAnswer, line, c.timeout)
 		case <-again:
 		}
 	}
