@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"bufio"
 	"context"
 	"crypto/rand"
@@ -421,9 +422,11 @@ func (s *Sandbox) closeNetwork(ctx context.Context) error {
 	if err := n.rules.Remove(); err != nil {
 		errs = append(errs, err)
 	}
-	if n.id != "" {
+	// Without an ID the create may still have happened (its answer was
+	// lost): the name is unique, remove by it.
+	if target := cmp.Or(n.id, n.name); target != "" {
 		for delay := 10 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
-			err := s.cli.NetworkRemove(ctx, n.id)
+			err := s.cli.NetworkRemove(ctx, target)
 			if err == nil || engine.IsNotFound(err) {
 				break
 			}

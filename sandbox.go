@@ -1,6 +1,9 @@
 package sandbox
 
 import (
+	"cmp"
+	"crypto/rand"
+	"encoding/hex"
 	"context"
 	"crypto/x509"
 	"encoding/json"
@@ -49,6 +52,7 @@ const DefaultTimeout = 30 * time.Second
 type Sandbox struct {
 	cfg    config
 	cli    *client.Client
+	name   string // the container's name, unique, chosen before it is created
 	id     string
 	uid    int
 	gid    int
@@ -350,7 +354,10 @@ func (s *Sandbox) ensureImage(ctx context.Context) error {
 // createVolume makes the volume the working directory lives on: an ext4
 // image of Limits.Disk bytes, or a plain volume when Disk is unlimited.
 func (s *Sandbox) createVolume(ctx context.Context) error {
-	opts := volume.CreateOptions{Driver: "local", Labels: engine.Labels("workdir", nil)}
+	// The name is chosen here, not by the engine, so that teardown can
+	// remove a volume whose create timed out but happened.
+	s.volume = objectName("workdir")
+	opts := volume.CreateOptions{Name: s.volume, Driver: "local", Labels: engine.Labels("workdir", nil)}
 	if s.cfg.limits.Disk > 0 {
 		if err := disk.Supported(); err != nil {
 			return fmt.Errorf("%w: %v", ErrDiskLimitUnsupported, err)
@@ -376,6 +383,16 @@ func (s *Sandbox) createVolume(ctx context.Context) error {
 	}
 	s.volume = v.Name
 	return ctxErr(ctx, "create volume")
+}
+
+// objectName returns a fresh, unique name for an engine object of the given
+// kind. Objects are named by the library, not the engine, so that one whose
+// create request timed out (it may have happened all the same) can still be
+// found and removed.
+func objectName(kind string) string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "agentsandbox-" + kind + "-" + hex.EncodeToString(b[:])
 }
 
 // commitTimeout bounds the wait for a snapshot's commit: the engine answers
@@ -462,8 +479,9 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 	if l.OpenFiles > 0 {
 		r.Ulimits = append(r.Ulimits, &container.Ulimit{Name: "nofile", Soft: l.OpenFiles, Hard: l.OpenFiles})
 	}
+	s.name = objectName("sandbox")
 	dctx, cancel := detached(ctx)
-	created, err := s.cli.ContainerCreate(dctx, cc, hc, nil, nil, "")
+	created, err := s.cli.ContainerCreate(dctx, cc, hc, nil, nil, s.name)
 	cancel()
 	if err != nil {
 		return s.engineErr("create container", err)
@@ -653,10 +671,11 @@ func (s *Sandbox) teardown() error {
 	if s.sup != nil {
 		s.sup.Close()
 	}
-	if s.id != "" {
-		err := s.cli.ContainerRemove(ctx, s.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	// Without an ID the create may still have happened: remove by name.
+	if target := cmp.Or(s.id, s.name); target != "" {
+		err := s.cli.ContainerRemove(ctx, target, container.RemoveOptions{Force: true, RemoveVolumes: true})
 		if err != nil && !engine.IsNotFound(err) && !isRemovalInProgress(err) {
-			errs = append(errs, fmt.Errorf("sandbox: remove container %s: %w", shortID(s.id), err))
+			errs = append(errs, fmt.Errorf("sandbox: remove container %s: %w", shortID(target), err))
 		}
 	}
 	if s.attach.Conn != nil {

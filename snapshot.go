@@ -71,18 +71,20 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
 		s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.snapshot", slog.String("sandbox", s.id),
 			slog.Duration("duration", time.Since(start)), errAttr(err))
 	}()
-	// A container that will only receive the files: never started.
+	// A container that will only receive the files: never started. Removed
+	// by name, which is known even if the create's answer is lost.
+	tmpName := objectName("snapshot-build")
 	dctx, cancel := detached(ctx)
 	tmp, err := s.cli.ContainerCreate(dctx, &container.Config{
 		Image:      s.base,
 		Entrypoint: []string{"/bin/sh"},
 		Labels:     engine.Labels("snapshot-build", nil),
-	}, &container.HostConfig{NetworkMode: "none", LogConfig: container.LogConfig{Type: "none"}}, nil, nil, "")
+	}, &container.HostConfig{NetworkMode: "none", LogConfig: container.LogConfig{Type: "none"}}, nil, nil, tmpName)
 	cancel()
+	defer s.removeHelper(ctx, tmpName)
 	if err != nil {
 		return nil, s.engineErr("snapshot: create", err)
 	}
-	defer s.cli.ContainerRemove(context.WithoutCancel(ctx), tmp.ID, container.RemoveOptions{Force: true})
 	if err := ctxErr(ctx, "snapshot: create"); err != nil {
 		return nil, err
 	}
@@ -123,6 +125,14 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
 	cfg.env = append([]string(nil), s.cfg.env...)
 	cfg.restore = nil
 	return &Snapshot{id: img.ID, cfg: cfg, base: s.base}, nil
+}
+
+// removeHelper removes a never-started helper container by name (it may not
+// exist: its create failed), whatever ctx says.
+func (s *Sandbox) removeHelper(ctx context.Context, name string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.timeout)
+	defer cancel()
+	s.cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true})
 }
 
 // copyWorkdir streams the sandbox's working directory into snapshotDir of
@@ -205,17 +215,18 @@ func rebase(w io.Writer, r io.Reader, from, to string, parents bool) error {
 // read from it, so writing into the container being read would deadlock as
 // soon as the files outgrow the connection's buffers.
 func (s *Sandbox) restoreWorkdir(ctx context.Context) error {
+	srcName := objectName("snapshot-read")
 	dctx, cancel := detached(ctx)
 	src, err := s.cli.ContainerCreate(dctx, &container.Config{
 		Image:      s.cfg.image,
 		Entrypoint: []string{"/bin/sh"},
 		Labels:     engine.Labels("snapshot-read", nil),
-	}, &container.HostConfig{NetworkMode: "none", LogConfig: container.LogConfig{Type: "none"}}, nil, nil, "")
+	}, &container.HostConfig{NetworkMode: "none", LogConfig: container.LogConfig{Type: "none"}}, nil, nil, srcName)
 	cancel()
+	defer s.removeHelper(ctx, srcName)
 	if err != nil {
 		return s.engineErr("restore: create reader", err)
 	}
-	defer s.cli.ContainerRemove(context.WithoutCancel(ctx), src.ID, container.RemoveOptions{Force: true})
 	if err := ctxErr(ctx, "restore: create reader"); err != nil {
 		return err
 	}
