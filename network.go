@@ -1,8 +1,8 @@
 package sandbox
 
 import (
-	"cmp"
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/x509"

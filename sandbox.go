@@ -2,10 +2,10 @@ package sandbox
 
 import (
 	"cmp"
-	"crypto/rand"
-	"encoding/hex"
 	"context"
+	"crypto/rand"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
