@@ -12,11 +12,11 @@ var (
 	// did not answer a request within DefaultTimeout.
 	ErrEngineUnavailable = errors.New("sandbox: cannot reach Docker engine")
 
-	// ErrUnresponsive means the sandbox did not answer within DefaultTimeout
-	// although the caller's context had not ended: its container is paused
-	// (docker pause from outside the library) or frozen, or its init
-	// process does not reply. The error says what did not answer. (An engine
-	// that does not answer is ErrEngineUnavailable.)
+	// ErrUnresponsive means something did not answer within DefaultTimeout
+	// although the caller's context had not ended: the sandbox (its
+	// container is paused from outside the library or frozen, or its init
+	// process does not reply), or the engine (then the error also matches
+	// ErrEngineUnavailable). The error says what did not answer.
 	ErrUnresponsive = errors.New("sandbox: no answer in time")
 
 	// ErrImageNotFound means the image is not present on the engine and was

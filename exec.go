@@ -424,7 +424,13 @@ func (c *Cmd) Wait() error {
 		return s.check()
 	}
 	if code == 137 && out.killCause == nil {
-		out.oom = s.oomKilled()
+		// SIGKILL: the OOM killer, or the container going away under the
+		// command (killed or removed behind the library's back) — that is
+		// the sandbox failing, not the command.
+		var gone bool
+		if out.oom, gone = s.oomKilled(); gone {
+			return fmt.Errorf("%w: exec: %s ended while the command ran", ErrSandboxGone, shortID(s.id))
+		}
 	}
 	out.timedOut = errors.Is(out.killCause, context.DeadlineExceeded)
 	s.log.LogAttrs(c.ctx, slog.LevelInfo, "sandbox.exec",
@@ -481,21 +487,26 @@ func (c *Cmd) exitCode() (int, error) {
 	}
 }
 
-// oomKilled reports whether the OOM killer has struck since last asked.
-func (s *Sandbox) oomKilled() bool {
+// oomKilled reports whether the OOM killer has struck since last asked, and
+// whether the container is gone (its init does not answer and the engine
+// says it stopped).
+func (s *Sandbox) oomKilled() (oom, gone bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	n, err := s.sup.OOMKills(ctx)
-	if err != nil || n < 0 {
-		return false
+	if err != nil {
+		return false, errors.Is(err, supervisor.ErrGone) || s.goneNow()
+	}
+	if n < 0 {
+		return false, false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n > s.oomSeen {
 		s.oomSeen = n
-		return true
+		return true, false
 	}
-	return false
+	return false, false
 }
 
 // Result is what Exec returns: the command's output and how it ended.

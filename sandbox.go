@@ -567,9 +567,12 @@ func (s *Sandbox) engineErr(op string, err error) error {
 		return nil
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("sandbox: %s: %w", op, err)
+	case engine.IsTimeout(err):
+		return fmt.Errorf("%w at %s: %s: %w: no answer within %v (is dockerd stopped or overloaded?): %v",
+			ErrEngineUnavailable, engine.Host(s.cfg.host), op, ErrUnresponsive, s.cfg.timeout, err)
 	case engine.IsUnreachable(err):
-		return fmt.Errorf("%w at %s: %s: no connection, or no answer within %v (is dockerd running?): %v",
-			ErrEngineUnavailable, engine.Host(s.cfg.host), op, s.cfg.timeout, err)
+		return fmt.Errorf("%w at %s: %s: is dockerd running? (%v)",
+			ErrEngineUnavailable, engine.Host(s.cfg.host), op, err)
 	case s.id != "" && (engine.IsNotFound(err) || engine.IsConflict(err)):
 		switch s.stateNow() {
 		case stateGone:

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -170,11 +171,20 @@ func Attach(ctx context.Context, d time.Duration, f func(context.Context) (types
 // ErrNoAnswer is returned by Attach when the engine did not answer in time.
 var ErrNoAnswer = errors.New("engine: no answer in time")
 
+// IsTimeout reports whether err is a request the engine did not answer in
+// time: no answer's headers within Connect's bound, an attach set-up that
+// did not finish (Attach), a stream that went quiet (IdleBounded, Watch).
+func IsTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, ErrNoAnswer) || errors.Is(err, ErrIdle) ||
+		(errors.As(err, &ne) && ne.Timeout() && !errors.Is(err, context.DeadlineExceeded))
+}
+
 // IsUnreachable reports whether err means the engine could not be reached
 // at all (as opposed to an error the engine returned).
 func IsUnreachable(err error) bool {
 	return client.IsErrConnectionFailed(err) || errors.Is(err, os.ErrNotExist) ||
-		errors.Is(err, ErrNoAnswer) || errors.Is(err, ErrIdle) ||
+		IsTimeout(err) ||
 		strings.Contains(err.Error(), "Cannot connect to the Docker daemon")
 }
 
