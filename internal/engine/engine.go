@@ -183,7 +183,9 @@ func IsTimeout(err error) bool {
 // IsUnreachable reports whether err means the engine could not be reached
 // at all (as opposed to an error the engine returned).
 func IsUnreachable(err error) bool {
-	return client.IsErrConnectionFailed(err) || errors.Is(err, os.ErrNotExist) ||
+	var op *net.OpError
+	dial := errors.As(err, &op) && op.Op == "dial"
+	return client.IsErrConnectionFailed(err) || dial ||
 		IsTimeout(err) ||
 		strings.Contains(err.Error(), "Cannot connect to the Docker daemon")
 }
