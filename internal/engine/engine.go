@@ -71,6 +71,10 @@ func Connect(ctx context.Context, host string, answer time.Duration) (*client.Cl
 	if err != nil {
 		return nil, err
 	}
+	// The client has configured (and keeps) the *http.Transport; wrap what
+	// it sends through so that the transport's timeout is told apart from
+	// the request's own deadline.
+	hc.Transport = answerBound{rt: hc.Transport, answer: answer}
 	if _, ok := versions.Load(addr); !ok {
 		ping, err := cli.Ping(ctx)
 		if err != nil {
@@ -81,6 +85,24 @@ func Connect(ctx context.Context, host string, answer time.Duration) (*client.Cl
 		versions.Store(addr, cli.ClientVersion())
 	}
 	return cli, nil
+}
+
+// answerBound turns the transport's "timeout awaiting response headers"
+// into ErrNoAnswer. The transport's error also matches
+// context.DeadlineExceeded, which would make it look like the caller's own
+// deadline: it is that only when the request's context has ended.
+type answerBound struct {
+	rt     http.RoundTripper
+	answer time.Duration
+}
+
+func (a answerBound) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := a.rt.RoundTrip(req)
+	var ne net.Error
+	if err != nil && req.Context().Err() == nil && errors.As(err, &ne) && ne.Timeout() {
+		return nil, fmt.Errorf("%w: the engine sent no answer within %v (%s %s)", ErrNoAnswer, a.answer, req.Method, req.URL.Path)
+	}
+	return resp, err
 }
 
 // IsNotFound reports whether err is the engine's "no such object".
@@ -168,7 +190,8 @@ func Attach(ctx context.Context, d time.Duration, f func(context.Context) (types
 	}
 }
 
-// ErrNoAnswer is returned by Attach when the engine did not answer in time.
+// ErrNoAnswer is the error of a request (through a client from Connect) or
+// an attach set-up (Attach) that the engine did not answer in time.
 var ErrNoAnswer = errors.New("engine: no answer in time")
 
 // IsTimeout reports whether err is a request the engine did not answer in

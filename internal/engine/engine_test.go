@@ -1,12 +1,16 @@
 package engine
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // A missing file inside a sandbox is an error the engine returned, not a
@@ -32,5 +36,52 @@ func TestIsUnreachable(t *testing.T) {
 		if got := IsUnreachable(c.err); got != c.want {
 			t.Errorf("%s: IsUnreachable(%v) = %v, want %v", c.name, c.err, got, c.want)
 		}
+	}
+}
+
+// An engine that accepts connections but never answers: the client's
+// request fails with ErrNoAnswer after the answer bound, which is not the
+// caller's deadline; a caller's deadline that comes first is reported as
+// such.
+func TestConnectNoAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	host := "tcp://" + ln.Addr().String()
+
+	start := time.Now()
+	_, err = Connect(context.Background(), host, 200*time.Millisecond)
+	t.Logf("Connect gave up after %v: %v", time.Since(start), err)
+	if !errors.Is(err, ErrNoAnswer) || errors.Is(err, context.DeadlineExceeded) || !IsTimeout(err) || !IsUnreachable(err) {
+		t.Errorf("Connect to a silent engine: %v; want ErrNoAnswer, not context.DeadlineExceeded", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err = Connect(ctx, host, time.Hour)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrNoAnswer) {
+		t.Errorf("Connect with the caller's deadline passing first: %v; want context.DeadlineExceeded", err)
 	}
 }
