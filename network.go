@@ -24,6 +24,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/internal/leftover"
 	"github.com/agentsandbox/sandbox/internal/firewall"
 )
 
@@ -431,6 +432,7 @@ func (s *Sandbox) closeNetwork(ctx context.Context) error {
 				break
 			}
 			if ctx.Err() != nil || !(engine.IsConflict(err) || strings.Contains(err.Error(), "active endpoints")) {
+				s.remember(leftover.Network, target, err)
 				errs = append(errs, fmt.Errorf("sandbox: remove network: %w", err))
 				break
 			}

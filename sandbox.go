@@ -29,6 +29,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/disk"
 	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/internal/leftover"
 	"github.com/agentsandbox/sandbox/internal/firewall"
 	"github.com/agentsandbox/sandbox/internal/supervisor"
 )
@@ -568,8 +569,9 @@ func (s *Sandbox) engineErr(op string, err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("sandbox: %s: %w", op, err)
 	case engine.IsTimeout(err):
-		return fmt.Errorf("%w at %s: %s: %w: no answer within %v (is dockerd stopped or overloaded?): %v",
-			ErrEngineUnavailable, engine.Host(s.cfg.host), op, ErrUnresponsive, s.cfg.timeout, err)
+		// The engine's error repeats the same in more words.
+		return fmt.Errorf("%w at %s: %s: %w (none within %v: is dockerd stopped or overloaded?)",
+			ErrEngineUnavailable, engine.Host(s.cfg.host), op, ErrUnresponsive, s.cfg.timeout)
 	case engine.IsUnreachable(err):
 		return fmt.Errorf("%w at %s: %s: is dockerd running? (%v)",
 			ErrEngineUnavailable, engine.Host(s.cfg.host), op, err)
@@ -677,7 +679,8 @@ func (s *Sandbox) teardown() error {
 	// Without an ID the create may still have happened: remove by name.
 	if target := cmp.Or(s.id, s.name); target != "" {
 		err := s.cli.ContainerRemove(ctx, target, container.RemoveOptions{Force: true, RemoveVolumes: true})
-		if err != nil && !engine.IsNotFound(err) && !isRemovalInProgress(err) {
+		if err != nil && !removedElsewhere(err) {
+			s.remember(leftover.Container, target, err)
 			errs = append(errs, fmt.Errorf("sandbox: remove container %s: %w", shortID(target), err))
 		}
 	}
@@ -690,8 +693,19 @@ func (s *Sandbox) teardown() error {
 	}
 	if s.volume != "" {
 		if err := removeVolume(ctx, s.cli, s.volume); err != nil {
+			s.remember(leftover.Volume, s.volume, err)
 			errs = append(errs, err)
 		}
+	}
+	if len(errs) == 0 && s.cli != nil {
+		// The engine answers: remove what earlier teardowns on it could
+		// not. Not the caller's failure if that fails again.
+		sctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+		if n, err := sweep(sctx, s.cli, engine.Host(s.cfg.host)); n > 0 || err != nil {
+			s.log.LogAttrs(sctx, slog.LevelInfo, "sandbox.leftovers", slog.String("sandbox", s.id),
+				slog.Int("removed", n), errAttr(err))
+		}
+		cancel()
 	}
 	if s.dev != nil {
 		if err := s.dev.Release(); err != nil {
@@ -707,8 +721,54 @@ func (s *Sandbox) teardown() error {
 	return errors.Join(errs...)
 }
 
+// remember records an object whose removal failed because the engine did
+// not answer, for a later teardown on the same engine or Prune to remove
+// (the engine may still carry out a create it did not answer).
+func (s *Sandbox) remember(kind, name string, err error) {
+	if engine.IsUnreachable(err) || errors.Is(err, context.DeadlineExceeded) {
+		leftover.Add(leftover.Object{Host: engine.Host(s.cfg.host), Kind: kind, Name: name})
+	}
+}
+
+// sweep removes the objects remembered on host (see remember), and
+// remembers again those the engine still does not remove. It returns how
+// many it removed.
+func sweep(ctx context.Context, cli *client.Client, host string) (int, error) {
+	var n int
+	var errs []error
+	for _, o := range leftover.Take(host) {
+		var err error
+		switch o.Kind {
+		case leftover.Container:
+			err = cli.ContainerRemove(ctx, o.Name, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		case leftover.Network:
+			err = cli.NetworkRemove(ctx, o.Name)
+		case leftover.Volume:
+			err = removeVolume(ctx, cli, o.Name)
+		}
+		switch {
+		case err == nil:
+			n++
+		case removedElsewhere(err):
+		default:
+			leftover.Add(o)
+			errs = append(errs, fmt.Errorf("sandbox: remove %s %s left by an unanswered request: %w", o.Kind, o.Name, err))
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
 func isRemovalInProgress(err error) bool {
 	return engine.IsConflict(err) && strings.Contains(err.Error(), "in progress")
+}
+
+// removedElsewhere reports whether the failure to remove an object means
+// that someone else (another Prune, a Close of another process) removed or
+// is removing it: not found, removal in progress, or for an image the
+// engine's "unrecognized image ID" when it went while being looked up.
+func removedElsewhere(err error) bool {
+	return engine.IsNotFound(err) || isRemovalInProgress(err) ||
+		strings.Contains(err.Error(), "unrecognized image ID")
 }
 
 // removeVolume removes a volume, waiting for an auto-removed container that
@@ -733,8 +793,12 @@ func removeVolume(ctx context.Context, cli *client.Client, name string) error {
 // Prune removes sandboxes, volumes and snapshots that processes on this
 // host left behind when they died without closing them. It never touches
 // objects whose owner still runs (such as another test run beside this one)
-// or that were made on another host. It returns how many objects it
-// removed. It uses the engine from DOCKER_HOST or the default socket.
+// or that were made on another host. It also removes this process's own
+// objects whose removal failed because the engine did not answer (Close
+// retries those too, on the same engine, once it answers). It returns how
+// many objects it removed. It uses the engine from DOCKER_HOST or the
+// default socket (and, for this process's leftovers, the engine each was
+// made on).
 func Prune(ctx context.Context) (int, error) {
 	cli, err := connect(ctx, "", DefaultTimeout)
 	if err != nil {
@@ -753,7 +817,7 @@ func Prune(ctx context.Context) (int, error) {
 			err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 			if err == nil {
 				n++
-			} else if !engine.IsNotFound(err) && !isRemovalInProgress(err) {
+			} else if !removedElsewhere(err) {
 				errs = append(errs, err)
 			}
 		}
@@ -793,6 +857,25 @@ func Prune(ctx context.Context) (int, error) {
 		return !engine.IsNotFound(err)
 	})
 	n += k
+	// This process's own objects whose removal the engine did not answer.
+	// An engine that still does not answer keeps them for a later try; that
+	// is not this Prune's failure.
+	for _, host := range leftover.Hosts() {
+		hcli := cli
+		if host != engine.Host("") {
+			if hcli, err = connect(ctx, host, DefaultTimeout); err != nil {
+				continue
+			}
+		}
+		k, err := sweep(ctx, hcli, host)
+		n += k
+		if err != nil && !engine.IsUnreachable(err) {
+			errs = append(errs, err)
+		}
+		if hcli != cli {
+			hcli.Close()
+		}
+	}
 	is, err := cli.ImageList(ctx, image.ListOptions{All: true, Filters: f})
 	if err != nil {
 		return n, fmt.Errorf("sandbox: prune: %w", err)
@@ -802,7 +885,7 @@ func Prune(ctx context.Context) (int, error) {
 			_, err := cli.ImageRemove(ctx, im.ID, image.RemoveOptions{PruneChildren: true})
 			if err == nil {
 				n++
-			} else if !engine.IsNotFound(err) {
+			} else if !removedElsewhere(err) {
 				errs = append(errs, err)
 			}
 		}

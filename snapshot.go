@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/internal/leftover"
 )
 
 // snapshotDir is where a snapshot image keeps the working directory; a
@@ -89,10 +90,23 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
 		return nil, err
 	}
 
-	if err := s.cli.ContainerPause(ctx, s.id); err != nil {
+	// The sandbox must never stay paused. A pause request cut short by ctx
+	// may still be carried out, so it is not cancelled with ctx; and when
+	// it fails without the engine's word that nothing was paused (no answer
+	// in time, connection lost), it is undone just in case.
+	dctx, cancel = detached(ctx)
+	err = s.cli.ContainerPause(dctx, s.id)
+	cancel()
+	if err != nil {
+		if !engine.IsConflict(err) && !engine.IsNotFound(err) {
+			s.cli.ContainerUnpause(context.WithoutCancel(ctx), s.id)
+		}
 		return nil, s.engineErr("snapshot: pause", err)
 	}
-	err = s.copyWorkdir(ctx, tmp.ID)
+	err = ctxErr(ctx, "snapshot: pause")
+	if err == nil {
+		err = s.copyWorkdir(ctx, tmp.ID)
+	}
 	if uerr := s.cli.ContainerUnpause(context.WithoutCancel(ctx), s.id); uerr != nil && err == nil {
 		err = s.engineErr("snapshot: unpause", uerr)
 	}
@@ -132,7 +146,10 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
 func (s *Sandbox) removeHelper(ctx context.Context, name string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.timeout)
 	defer cancel()
-	s.cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true})
+	err := s.cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true})
+	if err != nil && !removedElsewhere(err) {
+		s.remember(leftover.Container, name, err)
+	}
 }
 
 // copyWorkdir streams the sandbox's working directory into snapshotDir of
@@ -382,7 +399,7 @@ func (sn *Snapshot) deleteImage(ctx context.Context) error {
 	defer cli.Close()
 	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
 		_, err = cli.ImageRemove(ctx, sn.id, image.RemoveOptions{PruneChildren: true})
-		if err == nil || engine.IsNotFound(err) {
+		if err == nil || removedElsewhere(err) {
 			return nil
 		}
 		// Conflict: a container of it (auto-removed) is still going away.
