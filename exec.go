@@ -423,13 +423,21 @@ func (c *Cmd) Wait() error {
 	if out.killCause == nil && copyErr != nil && s.check() != nil {
 		return s.check()
 	}
-	if code == 137 && out.killCause == nil {
+	switch {
+	case out.killCause != nil:
+	case code == 137:
 		// SIGKILL: the OOM killer, or the container going away under the
-		// command (killed or removed behind the library's back) — that is
-		// the sandbox failing, not the command.
+		// command (killed or removed behind the library's back, its
+		// Lifetime over) — that is the sandbox failing, not the command.
 		var gone bool
 		if out.oom, gone = s.oomKilled(); gone {
 			return fmt.Errorf("%w: exec: %s ended while the command ran", ErrSandboxGone, shortID(s.id))
+		}
+	case code == 126 || code > 128:
+		// The runtime's "could not exec" (126) when the container stopped
+		// as the command started, or another signal: the same question.
+		if s.goneNow() {
+			return fmt.Errorf("%w: exec: %s ended as the command started", ErrSandboxGone, shortID(s.id))
 		}
 	}
 	out.timedOut = errors.Is(out.killCause, context.DeadlineExceeded)
