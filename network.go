@@ -24,8 +24,8 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/engine"
-	"github.com/agentsandbox/sandbox/internal/leftover"
 	"github.com/agentsandbox/sandbox/internal/firewall"
+	"github.com/agentsandbox/sandbox/internal/leftover"
 )
 
 // NetworkPolicy says what a sandbox may reach. The zero policy is no network

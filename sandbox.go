@@ -29,8 +29,8 @@ import (
 
 	"github.com/agentsandbox/sandbox/internal/disk"
 	"github.com/agentsandbox/sandbox/internal/engine"
-	"github.com/agentsandbox/sandbox/internal/leftover"
 	"github.com/agentsandbox/sandbox/internal/firewall"
+	"github.com/agentsandbox/sandbox/internal/leftover"
 	"github.com/agentsandbox/sandbox/internal/supervisor"
 )
 
