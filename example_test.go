@@ -42,7 +42,7 @@ func ExampleNew() {
 func ExampleSandbox_Exec() {
 	ctx := context.Background()
 	sb, err := sandbox.New(ctx, sandbox.WithImage(exampleImage()),
-		sandbox.WithLimits(sandbox.Limits{ExecTimeout: 2 * time.Second}))
+		sandbox.WithLimits(sandbox.Limits{ExecTimeout: time.Minute}))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -52,8 +52,11 @@ func ExampleSandbox_Exec() {
 	res, _ := sb.Exec(ctx, "echo partial; cat missing.txt")
 	fmt.Printf("exit %d, stdout %q, stderr %q\n", res.ExitCode, res.Stdout, res.Stderr)
 
-	// A command that never ends is killed with everything it started.
-	res, _ = sb.Exec(ctx, "sleep 1000 & sleep 1000; wait")
+	// A command that never ends is killed, with everything it started, at
+	// Limits.ExecTimeout or at its context's deadline, whichever is first.
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	res, _ = sb.Exec(short, "sleep 1000 & sleep 1000; wait")
 	fmt.Printf("exit %d, timed out %v\n", res.ExitCode, res.TimedOut)
 	// Output:
 	// exit 1, stdout "partial\n", stderr "cat: can't open 'missing.txt': No such file or directory\n"

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 	"github.com/agentsandbox/sandbox/tools"
 )
 
@@ -174,8 +175,10 @@ func TestExecuteBash(t *testing.T) {
 	t.Run("timeout", func(t *testing.T) {
 		start := time.Now()
 		got := call(t, set, tools.ExecuteBash, args("command", "echo started; sleep 30; echo never", "timeout", 3))
-		if d := time.Since(start); d > 10*time.Second {
+		if d := time.Since(start); d > testenv.HangGuard {
 			t.Errorf("a 3s timeout returned after %v", d)
+		} else {
+			t.Logf("a 3s timeout returned after %v", d)
 		}
 		check(t, "timeout", got, "exit code: 137\nnote: the command timed out after 3s and was killed, with every process it started\n[stdout]\nstarted\n")
 		if ps := mustExec(t, sb, "ps -o args"); strings.Contains(ps, "sleep 30") {
@@ -222,8 +225,10 @@ func TestExecuteBashOptions(t *testing.T) {
 	start := time.Now()
 	check(t, "default timeout", call(t, set, tools.ExecuteBash, args("command", "sleep 20")),
 		"exit code: 137\nnote: the command timed out after 1s and was killed, with every process it started\n(no output)\n")
-	if d := time.Since(start); d > 5*time.Second {
+	if d := time.Since(start); d > testenv.HangGuard {
 		t.Errorf("a 1s default timeout returned after %v", d)
+	} else {
+		t.Logf("a 1s default timeout returned after %v", d)
 	}
 	check(t, "explicit timeout wins", call(t, set, tools.ExecuteBash, args("command", "sleep 1.5; echo slept", "timeout", 10)),
 		"exit code: 0\n[stdout]\nslept\n")
@@ -631,8 +636,10 @@ func TestSandboxFailures(t *testing.T) {
 	start := time.Now()
 	cancel()
 	<-done
-	if d := time.Since(start); d > 3*time.Second {
+	if d := time.Since(start); d > testenv.HangGuard {
 		t.Errorf("Call returned %v after cancel", d)
+	} else {
+		t.Logf("Call returned %v after cancel", d)
 	}
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("err = %v, want context.Canceled", err)

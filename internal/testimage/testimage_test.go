@@ -157,17 +157,21 @@ func TestEnsureBusybox(t *testing.T) {
 		t.Fatalf("tag %q", tag)
 	}
 
+	// The second Ensure only finds the image: it writes nothing to its
+	// log (a build would).
 	start := time.Now()
-	again, err := Ensure(ctx, Busybox, tlog{t})
+	var second strings.Builder
+	again, err := Ensure(ctx, Busybox, &second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if again != tag {
 		t.Fatalf("second Ensure gave %q, first %q", again, tag)
 	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Fatalf("second Ensure took %v; it should only find the image", d)
+	if second.Len() != 0 {
+		t.Errorf("second Ensure logged %q; it should only find the image", second.String())
 	}
+	t.Logf("second Ensure took %v", time.Since(start))
 
 	out, code := run(t, tag, "/bin/sh", "-c", "echo ok")
 	if code != 0 || strings.TrimSpace(out) != "ok" {
