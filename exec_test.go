@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 )
 
 // execProc is one line of `ps -o pid,ppid,stat,comm` inside a sandbox.
@@ -32,10 +33,30 @@ func (p execProc) String() string {
 	return fmt.Sprintf("pid=%d ppid=%d stat=%s comm=%s", p.pid, p.ppid, p.stat, p.comm)
 }
 
+// execCheck runs a command that checks something (ps, echo ok, a count)
+// and returns its result. In a sandbox with a short ExecTimeout, a loaded
+// engine can take all of it to start the command, which is then killed
+// before it could answer; such a run says nothing about what is checked,
+// so it is run again, for up to testenv.HangGuard.
+func execCheck(t testing.TB, sb *sandbox.Sandbox, script string) *sandbox.Result {
+	t.Helper()
+	deadline := time.Now().Add(testenv.HangGuard)
+	for {
+		r := mustExec(t, sb, script)
+		if !r.TimedOut {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q: killed by the sandbox's ExecTimeout every time for %v: %+v", script, testenv.HangGuard, r)
+		}
+		t.Logf("%q: killed by the sandbox's ExecTimeout after %v (the engine was slow to run it); again", script, r.Duration)
+	}
+}
+
 // execProcs lists the processes in the sandbox.
 func execProcs(t testing.TB, sb *sandbox.Sandbox) []execProc {
 	t.Helper()
-	r := mustExec(t, sb, "ps -o pid,ppid,stat,comm")
+	r := execCheck(t, sb, "ps -o pid,ppid,stat,comm")
 	if r.ExitCode != 0 {
 		t.Fatalf("ps: exit %d, stderr %q", r.ExitCode, r.Stderr)
 	}
@@ -99,11 +120,14 @@ func execLeftovers(ps []execProc) []execProc {
 
 // execWaitClean polls (the kernel and docker-init reap asynchronously) until
 // only the supervisor's processes remain, and fails the test if that does not
-// happen within 5 s. It also fails if any sleep process exists at the end.
+// happen within testenv.HangGuard (a process that survived the kill stays
+// for good; one that is merely slow to be reaped goes within milliseconds
+// of getting CPU). It also fails if any sleep process exists at the end.
 func execWaitClean(t testing.TB, sb *sandbox.Sandbox) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	start := time.Now()
+	deadline := start.Add(testenv.HangGuard)
+	for polls := 1; ; polls++ {
 		ps := execProcs(t, sb)
 		left := execLeftovers(ps)
 		if len(left) == 0 {
@@ -112,10 +136,11 @@ func execWaitClean(t testing.TB, sb *sandbox.Sandbox) {
 					t.Fatalf("a sleep process remains: %v (all: %v)", p, ps)
 				}
 			}
+			t.Logf("no process left after the kill (seen at poll %d, %v after the kill returned)", polls, time.Since(start).Round(time.Millisecond))
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("processes left after the kill: %v (all: %v)", left, ps)
+			t.Fatalf("processes left %v after the kill: %v (all: %v)", testenv.HangGuard, left, ps)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -124,18 +149,19 @@ func execWaitClean(t testing.TB, sb *sandbox.Sandbox) {
 // execUsable checks that the sandbox still runs commands.
 func execUsable(t testing.TB, sb *sandbox.Sandbox) {
 	t.Helper()
-	r := mustExec(t, sb, "echo ok")
+	r := execCheck(t, sb, "echo ok")
 	if r.Stdout != "ok\n" || r.Stderr != "" || r.ExitCode != 0 {
 		t.Fatalf("echo ok after kill: %+v", r)
 	}
 }
 
-// execWaitFile polls until name exists in the sandbox.
+// execWaitFile polls until name exists in the sandbox (hang guard:
+// testenv.HangGuard; the engine may take seconds to start each exec).
 func execWaitFile(t testing.TB, sb *sandbox.Sandbox, name string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testenv.HangGuard)
 	for {
-		r := mustExec(t, sb, "test -e "+name)
+		r := execCheck(t, sb, "test -e "+name)
 		if r.ExitCode == 0 {
 			return
 		}
@@ -547,17 +573,24 @@ func execCancelAfterStart(t *testing.T, sb *sandbox.Sandbox, user, script string
 }
 
 // TestExecKill checks that a kill (ExecTimeout, context deadline, context
-// cancel) ends the command and everything it started, returns promptly, and
-// leaves the sandbox usable with nothing but the supervisor running. Every
-// sandbox here has no Lifetime, so the supervisor runs no sleep of its own
-// and any sleep process found afterwards is a survivor.
+// cancel) ends the command and everything it started, makes Wait return,
+// and leaves the sandbox usable with nothing but the supervisor running.
+// Every sandbox here has no Lifetime, so the supervisor runs no sleep of its
+// own and any sleep process found afterwards is a survivor.
+//
+// How long a kill takes depends on the machine's load (the engine alone can
+// take seconds to start an exec), so durations are reported with t.Logf and
+// never asserted; testCtx and testenv.HangGuard only catch hangs. The lower
+// bounds kept are guaranteed: a kill cannot come before the deadline that
+// caused it.
 func TestExecKill(t *testing.T) {
 	t.Parallel()
 	noLifetime := sandbox.Limits{Lifetime: -1}
 
 	t.Run("ExecTimeout", func(t *testing.T) {
 		t.Parallel()
-		sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{Lifetime: -1, ExecTimeout: time.Second}))
+		const timeout = time.Second
+		sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{Lifetime: -1, ExecTimeout: timeout}))
 		start := time.Now()
 		r, err := sb.Exec(testCtx(t), "sleep 1000 & sleep 1000 & echo started; wait")
 		took := time.Since(start)
@@ -569,10 +602,10 @@ func TestExecKill(t *testing.T) {
 		if !r.TimedOut || r.ExitCode != 137 || (r.Stdout != "started\n" && r.Stdout != "") || r.OOMKilled {
 			t.Fatalf("Result = %+v; want TimedOut, exit 137", r)
 		}
-		if took > 3*time.Second {
-			t.Fatalf("Exec took %v with a 1s ExecTimeout", took)
+		if took < timeout {
+			t.Fatalf("Exec returned after %v, before its %v ExecTimeout", took, timeout)
 		}
-		t.Logf("ExecTimeout 1s: Exec returned after %v (Result.Duration %v)", took, r.Duration)
+		t.Logf("ExecTimeout %v: Exec returned after %v (Result.Duration %v, stdout %q)", timeout, took, r.Duration, r.Stdout)
 		execWaitClean(t, sb)
 		execUsable(t, sb)
 	})
@@ -581,25 +614,26 @@ func TestExecKill(t *testing.T) {
 		t.Parallel()
 		sb := newSandbox(t, sandbox.WithLimits(noLifetime))
 		const deadline = 2 * time.Second
+		start := time.Now()
 		ctx, cancel := context.WithTimeout(testCtx(t), deadline)
 		defer cancel()
 		var out bytes.Buffer
 		c := sb.Command(ctx, "sh", "-c", "sleep 1000 & sleep 1000 & echo started; wait")
 		c.Stdout = &out
-		start := time.Now()
 		err := c.Run()
 		took := time.Since(start)
 		var ee *sandbox.ExitError
 		if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ee) || ee.Code != 137 {
 			t.Fatalf("Run = %v; want *ExitError Code 137 matching DeadlineExceeded", err)
 		}
-		if out.String() != "started\n" {
+		// "" when the engine took the whole deadline to start the command.
+		if out.String() != "started\n" && out.String() != "" {
 			t.Fatalf("stdout = %q", out.String())
 		}
-		if took > deadline+2*time.Second {
-			t.Fatalf("Run took %v with a %v deadline", took, deadline)
+		if took < deadline {
+			t.Fatalf("Run returned after %v, before its %v deadline", took, deadline)
 		}
-		t.Logf("ctx deadline %v: Run returned after %v: %v", deadline, took, err)
+		t.Logf("ctx deadline %v: Run returned after %v (stdout %q): %v", deadline, took, out.String(), err)
 		// Exec reports a context deadline as TimedOut, not as an error.
 		ctx2, cancel2 := context.WithTimeout(testCtx(t), time.Second)
 		defer cancel2()
@@ -631,8 +665,8 @@ func TestExecKill(t *testing.T) {
 		var got ret
 		select {
 		case got = <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatal("Exec did not return within 10s of cancel")
+		case <-time.After(testenv.HangGuard):
+			t.Fatalf("hang: Exec did not return within %v of cancel", testenv.HangGuard)
 		}
 		took := time.Since(start)
 		if !errors.Is(got.err, context.Canceled) {
@@ -640,9 +674,6 @@ func TestExecKill(t *testing.T) {
 		}
 		if got.r == nil || got.r.ExitCode != 137 || got.r.TimedOut {
 			t.Fatalf("Result = %+v; want exit 137, not TimedOut", got.r)
-		}
-		if took > 3*time.Second {
-			t.Fatalf("Exec returned %v after cancel", took)
 		}
 		t.Logf("cancel: Exec returned %v after cancel", took)
 		execWaitClean(t, sb)
@@ -665,9 +696,7 @@ sleep 1000`
 		if !errors.Is(err, context.Canceled) || !errors.As(err, &ee) || ee.Code != 137 {
 			t.Fatalf("Wait = %v; want *ExitError Code 137 matching Canceled", err)
 		}
-		if took > 3*time.Second {
-			t.Fatalf("Wait returned %v after cancel", took)
-		}
+		t.Logf("daemons: Wait returned %v after cancel", took)
 		execWaitClean(t, sb)
 		execUsable(t, sb)
 	})
@@ -684,9 +713,7 @@ wait`
 		if !errors.Is(err, context.Canceled) || !errors.As(err, &ee) || ee.Code != 137 {
 			t.Fatalf("Wait = %v; want *ExitError Code 137 matching Canceled", err)
 		}
-		if took > 3*time.Second {
-			t.Fatalf("Wait returned %v after cancel", took)
-		}
+		t.Logf("signals trapped: Wait returned %v after cancel", took)
 		execWaitClean(t, sb)
 		execUsable(t, sb)
 	})
@@ -695,15 +722,24 @@ wait`
 		t.Parallel()
 		sb := newSandbox(t, sandbox.WithLimits(noLifetime))
 		// The shell exits at once, but the sleep it left behind keeps
-		// stdout open, so the stream does not end with the shell. (Docker
-		// itself closes an exec's streams 2 s after its main process exits,
-		// so the deadline must come before that to be what ends the wait.)
-		const deadline = 1500 * time.Millisecond
-		ctx, cancel := context.WithTimeout(testCtx(t), deadline)
-		defer cancel()
-		var out bytes.Buffer
+		// stdout open, so the stream does not end with the shell: the
+		// deadline has to end the wait and kill the sleep. Docker itself
+		// closes an exec's streams 2 s after its main process exits, so
+		// the deadline must pass within those 2 s to be what ends the
+		// wait. A clock deadline set before Start cannot promise that on a
+		// loaded machine (the engine may take longer than the deadline to
+		// start the command, and the kill then lands before the shell's
+		// exit), so the deadline passes when "started" arrives: just as the
+		// shell exits, whatever the engine's speed.
+		ctx, expire := testenv.ManualDeadline(testCtx(t))
+		defer expire()
+		out := &execLines{onLine: func(line string) {
+			if line == "started" {
+				expire()
+			}
+		}}
 		c := sb.Command(ctx, "sh", "-c", "(sleep 1000 &); echo started; exit 0")
-		c.Stdout = &out
+		c.Stdout = out
 		start := time.Now()
 		err := c.Run()
 		took := time.Since(start)
@@ -714,10 +750,17 @@ wait`
 		if out.String() != "started\n" {
 			t.Fatalf("stdout = %q", out.String())
 		}
-		if took > deadline+2*time.Second {
-			t.Fatalf("Run took %v with a %v deadline", took, deadline)
+		// The exit status is the shell's: 0 when it had exited and the
+		// kill took the sleep that held its stdout (the case at hand), 137
+		// when the kill overtook the shell between its echo and its exit.
+		switch ee.Code {
+		case 0:
+			t.Logf("stdout held open after the shell exited: Run returned %v after Start: %v", took, err)
+		case 137:
+			t.Logf("the kill overtook the shell before its exit: Run returned %v after Start: %v", took, err)
+		default:
+			t.Fatalf("Run = %v; want exit status 0 (the shell's) or 137 (killed)", err)
 		}
-		t.Logf("stdout held open: Run returned after %v: %v", took, err)
 		execWaitClean(t, sb)
 		execUsable(t, sb)
 	})
@@ -733,9 +776,7 @@ wait`
 		if !errors.Is(err, context.Canceled) || !errors.As(err, &ee) || ee.Code != 137 {
 			t.Fatalf("Wait = %v; want *ExitError Code 137 matching Canceled", err)
 		}
-		if took > 3*time.Second {
-			t.Fatalf("Wait returned %v after cancel", took)
-		}
+		t.Logf("other user: Wait returned %v after cancel", took)
 		execWaitClean(t, sb)
 		execUsable(t, sb)
 	})
@@ -746,39 +787,145 @@ wait`
 		sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{Lifetime: -1, ExecTimeout: 2 * time.Second}))
 		for i := range 3 {
 			r := mustExec(t, sb, "sleep 1000 & sleep 1000 & echo started; wait")
-			if !r.TimedOut || r.ExitCode != 137 || r.Stdout != "started\n" {
+			// Stdout is "" when the engine took the whole timeout to start
+			// the command.
+			if !r.TimedOut || r.ExitCode != 137 || (r.Stdout != "started\n" && r.Stdout != "") {
 				t.Fatalf("round %d: %+v", i, r)
 			}
+			t.Logf("round %d: killed after %v", i, r.Duration)
 			execWaitClean(t, sb)
 			execUsable(t, sb)
 		}
 	})
 }
 
+// execLines is an io.Writer that calls onLine with each complete line
+// written to it (without the newline) and keeps everything.
+type execLines struct {
+	onLine func(string)
+
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	partial []byte
+}
+
+func (w *execLines) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	w.buf.Write(p)
+	w.partial = append(w.partial, p...)
+	var lines []string
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		lines = append(lines, string(w.partial[:i]))
+		w.partial = w.partial[i+1:]
+	}
+	w.mu.Unlock()
+	for _, l := range lines {
+		w.onLine(l)
+	}
+	return len(p), nil
+}
+
+func (w *execLines) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// execBombScript runs a fork bomb that cannot die out by itself, then waits
+// for it to fill the PIDs limit and never ends by itself either.
+//
+// Busybox sh exits when a fork fails, so a bomb of shells (f(){ f & f & })
+// drains to nothing on its own once it hits the limit, and under load it
+// may do so before a timeout comes. Here every member is an awk that loops
+// forever on system("awk ... &"): awk's system() returns -1 when the fork
+// is refused and the loop goes on, so no member ever ends and the bomb
+// stays at the limit, re-forking into every slot that frees up.
+//
+// The command's own shell uses builtins only once the bomb runs (it could
+// not fork any more): it polls the PIDs controller's count of refused
+// forks until it rises, prints "saturated", and replaces itself with a
+// long sleep (exec needs no new process).
+const execBombScript = `ev=/sys/fs/cgroup/pids/pids.events
+[ -r $ev ] || ev=/sys/fs/cgroup/pids.events
+refused() { r=0; while read -r k v; do [ "$k" = max ] && r=$v; done <$ev; }
+echo 'BEGIN { while (1) system("awk -f /tmp/bomb.awk </dev/null >/dev/null 2>&1 &") }' >/tmp/bomb.awk
+refused; r0=$r
+awk -f /tmp/bomb.awk </dev/null >/dev/null 2>&1 &
+until refused; [ "$r" -gt "$r0" ]; do :; done
+echo saturated
+exec sleep 1000`
+
+// TestExecForkBombKill: a fork bomb that never dies out, killed by
+// ExecTimeout, leaves no process behind (neither in ps nor in the PIDs
+// controller's count), and the sandbox runs commands again.
 func TestExecForkBombKill(t *testing.T) {
 	t.Parallel()
-	sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{Lifetime: -1, PIDs: 64, ExecTimeout: 2 * time.Second}))
-	start := time.Now()
-	r, err := sb.Exec(testCtx(t), "f(){ f & f & }; f; wait")
-	took := time.Since(start)
-	if err != nil {
-		t.Fatalf("Exec: %v", err)
+	const timeout = 5 * time.Second
+	// Bounded: 64 processes at most, half a CPU, 5 s per round.
+	sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{Lifetime: -1, PIDs: 64, CPUs: 0.5, ExecTimeout: timeout}))
+	const rounds = 3
+	for round := 1; round <= rounds; round++ {
+		start := time.Now()
+		r, err := sb.Exec(testCtx(t), execBombScript)
+		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("Exec: %v", err)
+		}
+		// The command never ends by itself: only the timeout can end it.
+		if !r.TimedOut || r.ExitCode != 137 || r.OOMKilled {
+			t.Fatalf("fork bomb: %+v; want TimedOut, exit 137", r)
+		}
+		if took < timeout {
+			t.Fatalf("fork bomb: Exec returned after %v, before its %v ExecTimeout", took, timeout)
+		}
+		saturated := r.Stdout == "saturated\n"
+		if !saturated && r.Stdout != "" {
+			t.Fatalf("fork bomb: stdout %q", r.Stdout)
+		}
+		t.Logf("round %d: fork bomb killed by its %v ExecTimeout; Exec returned after %v (Duration %v); bomb at the PIDs limit before the kill: %v",
+			round, timeout, took, r.Duration, saturated)
+		execWaitClean(t, sb)
+		execPIDsSettled(t, sb)
+		execUsable(t, sb)
+		if saturated {
+			return
+		}
+		// The engine took most of the timeout to start the command, and
+		// the kill came before the bomb filled the limit: again, so that
+		// the kill is also seen against a full bomb.
 	}
-	// The bomb's first shell may well have exited (0) once its direct
-	// children did; its descendants kept the streams open until the kill.
-	if !r.TimedOut || (r.ExitCode != 0 && r.ExitCode != 137) {
-		t.Fatalf("fork bomb: exit %d TimedOut %v (stderr %q); want TimedOut", r.ExitCode, r.TimedOut, r.Stderr)
+	t.Logf("in %d rounds the engine never started the command early enough for the bomb to fill the PIDs limit before the timeout; every kill was checked, none against a full bomb", rounds)
+}
+
+// execPIDsSettled polls until the sandbox's PIDs controller counts exactly
+// the processes visible in /proc (nothing hidden or half-dead is left of a
+// kill), and fails the test if that does not happen within
+// testenv.HangGuard.
+func execPIDsSettled(t testing.TB, sb *sandbox.Sandbox) {
+	t.Helper()
+	const script = `n=0; for d in /proc/[0-9]*; do n=$((n + 1)); done
+for f in /sys/fs/cgroup/pids/pids.current /sys/fs/cgroup/pids.current; do [ -r $f ] && { read -r c <$f; break; }; done
+echo "$n $c"`
+	deadline := time.Now().Add(testenv.HangGuard)
+	for {
+		r := execCheck(t, sb, script)
+		var procs, tasks int
+		if _, err := fmt.Sscanf(r.Stdout, "%d %d", &procs, &tasks); err != nil || r.ExitCode != 0 {
+			t.Fatalf("counting processes: %+v", r)
+		}
+		if procs == tasks {
+			t.Logf("pids.current = %d = processes in /proc", tasks)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pids.current = %d but %d processes in /proc, %v after the kill", tasks, procs, testenv.HangGuard)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	if !strings.Contains(r.Stderr, "fork") {
-		t.Errorf("fork bomb never hit the PIDs limit? stderr %q", r.Stderr)
-	}
-	if took > 10*time.Second {
-		t.Fatalf("fork bomb: Exec took %v with a 2s ExecTimeout", took)
-	}
-	t.Logf("fork bomb killed: Exec returned after %v, exit %d, stderr %d bytes, first line %q",
-		took, r.ExitCode, len(r.Stderr), strings.SplitN(r.Stderr, "\n", 2)[0])
-	execWaitClean(t, sb)
-	execUsable(t, sb)
 }
 
 // execRecorder is a slog.Handler keeping the attributes of sandbox.exec
@@ -832,14 +979,19 @@ func vmRSS(t testing.TB) uint64 {
 	return 0
 }
 
-// TestExecOutputBounded runs `yes` until ExecTimeout kills it and checks that
+// TestExecOutputBounded runs `yes` until a deadline kills it and checks that
 // Exec keeps exactly OutputBytes while the host's memory stays flat. It is not
 // parallel so that no other test's allocations blur the measurement.
+//
+// However slowly the engine starts the command, far more than the limit
+// passes through before the kill: the command marks the point where it has
+// written `enough` bytes, and only then does the test let the deadline pass.
 func TestExecOutputBounded(t *testing.T) {
 	const limit = 64 << 10
+	const enough = 128 << 20
 	rec := &execRecorder{}
 	sb := newSandbox(t,
-		sandbox.WithLimits(sandbox.Limits{OutputBytes: limit, ExecTimeout: 10 * time.Second}),
+		sandbox.WithLimits(sandbox.Limits{OutputBytes: limit, ExecTimeout: -1}),
 		sandbox.WithLogger(slog.New(rec)))
 
 	var ms runtime.MemStats
@@ -872,11 +1024,32 @@ func TestExecOutputBounded(t *testing.T) {
 		}
 	}()
 
+	ctx, expire := testenv.ManualDeadline(testCtx(t))
+	defer expire()
+	type ret struct {
+		r   *sandbox.Result
+		err error
+	}
+	done := make(chan ret, 1)
 	start := time.Now()
-	r, err := sb.Exec(testCtx(t), "yes")
+	go func() {
+		// head writes `enough` bytes of yes to stdout, then the mark, then
+		// cat passes the rest of yes on until the kill.
+		r, err := sb.Exec(ctx, fmt.Sprintf("yes | { head -c %d; touch /tmp/enough; exec cat; }", enough))
+		done <- ret{r, err}
+	}()
+	execWaitFile(t, sb, "/tmp/enough")
+	expire()
+	var got ret
+	select {
+	case got = <-done:
+	case <-time.After(testenv.HangGuard):
+		t.Fatalf("hang: Exec did not return within %v of its deadline", testenv.HangGuard)
+	}
 	took := time.Since(start)
 	close(stop)
 	<-sampled
+	r, err := got.r, got.err
 	if err != nil {
 		t.Fatalf("Exec: %v", err)
 	}
@@ -900,8 +1073,11 @@ func TestExecOutputBounded(t *testing.T) {
 	t.Logf("yes for %v: %d MiB produced (%.0f MiB/s), kept %d bytes; host heap peak +%.1f MiB, RSS peak +%.1f MiB, Sys %d -> %d MiB",
 		took.Round(time.Millisecond), produced/mib, float64(produced)/mib/took.Seconds(), len(r.Stdout),
 		float64(heapGrowth)/mib, float64(rssGrowth)/mib, sys0/mib, ms.Sys/mib)
-	if produced < 16*limit {
-		t.Fatalf("the command produced only %d bytes; the test needs far more than the %d-byte limit", produced, limit)
+	// head's writes block until the host reads, so by the mark the host had
+	// read all of `enough` but what the pipes and sockets on the way hold
+	// (far less than half).
+	if produced < enough/2 {
+		t.Fatalf("the audit log counts %d bytes of stdout; the command wrote %d before the kill", produced, enough)
 	}
 	if heapGrowth > 64*mib || rssGrowth > 64*mib {
 		t.Fatalf("host memory grew while %d MiB passed through: heap +%d MiB, RSS +%d MiB", produced/mib, heapGrowth/mib, rssGrowth/mib)
@@ -915,25 +1091,44 @@ type execCountWriter struct{ n atomic.Int64 }
 func (w *execCountWriter) Write(p []byte) (int, error) { w.n.Add(int64(len(p))); return len(p), nil }
 
 // TestExecStreamThroughput streams `yes` into a counting writer for a few
-// seconds and reports the throughput. Not parallel, for a clean figure.
+// seconds from its first byte, and reports the throughput (a figure, not a
+// claim: the machine may be busy). Not parallel, for a clean figure.
 func TestExecStreamThroughput(t *testing.T) {
-	sb := newSandbox(t)
-	ctx, cancel := context.WithTimeout(testCtx(t), 3*time.Second)
-	defer cancel()
+	const measure = 3 * time.Second
+	sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{ExecTimeout: -1}))
+	// The deadline passes `measure` after the first byte, however long the
+	// engine took to start the command.
+	ctx, expire := testenv.ManualDeadline(testCtx(t))
+	defer expire()
 	var w execCountWriter
 	c := sb.Command(ctx, "yes")
 	c.Stdout = &w
 	start := time.Now()
-	err := c.Run()
-	took := time.Since(start)
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for w.n.Load() == 0 {
+		if time.Since(start) > testenv.HangGuard {
+			expire()
+			c.Wait()
+			t.Fatalf("hang: no output from yes within %v", testenv.HangGuard)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	first := time.Now()
+	n0 := w.n.Load()
+	time.AfterFunc(measure, expire)
+	err := c.Wait()
+	took := time.Since(first)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run = %v; want DeadlineExceeded", err)
 	}
 	n := w.n.Load()
-	if n < 1<<20 {
-		t.Fatalf("streamed %d bytes", n)
+	if n <= n0 {
+		t.Fatalf("streamed %d bytes in all, nothing after the first %d", n, n0)
 	}
-	t.Logf("streamed %d MiB in %v: %.0f MiB/s", n>>20, took.Round(time.Millisecond), float64(n)/(1<<20)/took.Seconds())
+	t.Logf("first byte %v after Start; then streamed %d MiB in %v: %.0f MiB/s",
+		first.Sub(start).Round(time.Millisecond), n>>20, took.Round(time.Millisecond), float64(n)/(1<<20)/took.Seconds())
 }
 
 func TestExecOutputTruncated(t *testing.T) {
@@ -1043,17 +1238,14 @@ func TestExecClose(t *testing.T) {
 	var werr error
 	select {
 	case werr = <-waited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Wait did not return within 10s of Close")
+	case <-time.After(testenv.HangGuard):
+		t.Fatalf("hang: Wait did not return within %v of Close", testenv.HangGuard)
 	}
 	took := time.Since(start)
 	if !errors.Is(werr, sandbox.ErrClosed) {
 		t.Fatalf("Wait = %v for a command whose sandbox was closed; want ErrClosed", werr)
 	}
 	t.Logf("Close with a running command: Close+Wait took %v, Wait: %v", took, werr)
-	if took > 5*time.Second {
-		t.Fatalf("Wait returned %v after Close", took)
-	}
 
 	if err := sb.Command(ctx, "true").Run(); !errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("Command.Run after Close = %v; want ErrClosed", err)

@@ -38,6 +38,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/firewall"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 )
 
 // ---- helpers ----
@@ -90,7 +91,7 @@ func (l *netLog) records(t *testing.T, msg string) []map[string]any {
 // request after answering it.
 func (l *netLog) waitRecords(t *testing.T, what string, want func([]map[string]any) bool) []map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testenv.HangGuard)
 	for {
 		rs := l.records(t, "sandbox.network")
 		if want(rs) {
@@ -420,7 +421,7 @@ func TestNetworkAllowList(t *testing.T) {
 			}
 			c.Close()
 		}
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(testenv.HangGuard)
 		for nAny.Load()+nGw.Load() != 2 {
 			if time.Now().After(deadline) {
 				t.Fatal("the listeners did not count the host's connections")
@@ -784,9 +785,13 @@ func TestNetworkExpose(t *testing.T) {
 	}
 	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if d := time.Since(start); resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "nothing accepts connections on port 8001") || d > 6*time.Second {
-		t.Errorf("GET %s (nothing listening) = %s %q after %v, want 502 within 6s", u2, resp.Status, body, d)
+	// hc's 20 s timeout is the hang guard; how fast the 502 comes depends on
+	// the machine's load.
+	d := time.Since(start)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "nothing accepts connections on port 8001") {
+		t.Errorf("GET %s (nothing listening) = %s %q after %v, want 502", u2, resp.Status, body, d)
 	}
+	t.Logf("GET %s (nothing listening): %s after %v", u2, resp.Status, d)
 
 	cli := engineClient(t)
 	netID := netNetworkID(t, cli, sb)
@@ -856,7 +861,7 @@ func TestNetworkOpen(t *testing.T) {
 	} else {
 		c.Close()
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testenv.HangGuard)
 	for n.Load() != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the listener did not count the host's connection")
@@ -928,7 +933,7 @@ func TestNetworkPrune(t *testing.T) {
 	if len(netRules(t, orphan)) != 2 || len(netRules(t, live)) != 2 {
 		t.Fatalf("rules before Prune: %q %q", netRules(t, orphan), netRules(t, live))
 	}
-	n, err := sandbox.Prune(ctx)
+	n, err := prune(ctx)
 	if err != nil {
 		t.Fatalf("Prune: %v", err)
 	}

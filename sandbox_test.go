@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 )
 
 // Lifecycle, errors, hardening, audit log and gVisor.
@@ -192,9 +193,13 @@ func TestSandboxEngineUnavailable(t *testing.T) {
 	if errors.Is(err, sandbox.ErrImageNotFound) || sb != nil {
 		t.Errorf("New: %v, %v", sb, err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
+	// A hang guard, not a speed claim: a missing socket fails at once, so
+	// only a retry loop or a stuck dial could take this long.
+	d := time.Since(start)
+	if d > testenv.HangGuard {
 		t.Errorf("New took %v to fail", d)
 	}
+	t.Logf("New failed after %v", d)
 }
 
 func TestSandboxImageNotFound(t *testing.T) {
@@ -238,14 +243,17 @@ func TestSandboxRemovedBehindOurBack(t *testing.T) {
 		if !errors.Is(err, sandbox.ErrSandboxGone) {
 			t.Errorf("%s on a removed sandbox: %v, want ErrSandboxGone", name, err)
 		}
-		if d := time.Since(start); d > 5*time.Second {
+		// Hang guard only: how fast the engine answers depends on its load.
+		d := time.Since(start)
+		if d > testenv.HangGuard {
 			t.Errorf("%s took %v to fail", name, d)
 		}
+		t.Logf("%s failed after %v", name, d)
 	}
 	if err := sb.Close(); err != nil {
 		t.Errorf("Close of a removed sandbox: %v", err)
 	}
-	waitContainerGone(t, cli, sb.ID(), 10*time.Second)
+	waitContainerGone(t, cli, sb.ID(), testenv.HangGuard)
 	assertVolumeGone(t, cli, vol)
 	// Once closed, everything says so.
 	if _, err := sb.Exec(testCtx(t), "true"); !errors.Is(err, sandbox.ErrClosed) {
@@ -284,9 +292,12 @@ func TestSandboxClose(t *testing.T) {
 	if err := c.Wait(); err == nil {
 		t.Error("Wait of a command killed by Close returned nil")
 	}
-	if d := time.Since(start); d > 10*time.Second {
+	// Hang guard only (the test would block in Wait without it anyway).
+	d := time.Since(start)
+	if d > testenv.HangGuard {
 		t.Errorf("Close and Wait took %v", d)
 	}
+	t.Logf("Close and Wait of a running command took %v", d)
 	if sb.ID() != id {
 		t.Errorf("ID changed after Close")
 	}
@@ -479,10 +490,7 @@ func TestSandboxGVisor(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, ok := info.Runtimes["runsc"]; !ok {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the engine has no runsc runtime (gVisor); .ci/run registers it")
-		}
-		t.Skip("the engine has no runsc runtime (gVisor)")
+		testenv.SkipOrFail(t, "the engine has no runsc runtime (gVisor); .ci/run registers it")
 	}
 	sb := newSandbox(t, sandbox.WithRuntime("runsc"))
 	ci, err := cli.ContainerInspect(testCtx(t), sb.ID())
@@ -507,13 +515,18 @@ func TestSandboxGVisor(t *testing.T) {
 	defer cancel()
 	r, err = sb.Exec(ctx, "sleep 300 & sleep 301; echo not reached")
 	if err != nil || !r.TimedOut || r.ExitCode != 137 || r.Stdout != "" {
-		t.Errorf("timeout under runsc: %+v, %v", r, err)
+		t.Fatalf("timeout under runsc: %+v, %v", r, err)
 	}
-	if r.Duration > 4*time.Second {
-		t.Errorf("kill under runsc took %v after a 1s deadline", r.Duration)
-	}
-	if out := execWant(t, sb, "ps -o args", 0).Stdout; strings.Contains(out, "sleep 30") {
-		t.Errorf("sleeps survived the kill under runsc:\n%s", out)
+	t.Logf("kill under runsc: Exec returned after %v with a 1s deadline", r.Duration)
+	for deadline := time.Now().Add(testenv.HangGuard); ; {
+		out := execWant(t, sb, "ps -o args", 0).Stdout
+		if !strings.Contains(out, "sleep 30") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sleeps survived the kill under runsc:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 
 	// Files round-trip through the engine's archive API.

@@ -29,6 +29,7 @@ import (
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 )
 
 // takeSnapshot snapshots sb; the snapshot is removed when the test ends.
@@ -224,13 +225,13 @@ func TestSnapshotContent(t *testing.T) {
 // waitExec polls until script exits 0 in sb.
 func waitExec(t testing.TB, sb *sandbox.Sandbox, script string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testenv.HangGuard)
 	for {
 		if r := mustExec(t, sb, script); r.ExitCode == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%q still fails after 20s", script)
+			t.Fatalf("%q still fails after %v", script, testenv.HangGuard)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -461,7 +462,7 @@ func forkContainers(t testing.TB, cli *client.Client, sn *sandbox.Snapshot) []co
 // waitNoForks polls the engine until exactly want containers of sn exist.
 func waitNoForks(t testing.TB, cli *client.Client, sn *sandbox.Snapshot, want int) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testenv.HangGuard)
 	for {
 		cs := forkContainers(t, cli, sn)
 		if len(cs) == want {
@@ -570,7 +571,7 @@ func TestSnapshotFork(t *testing.T) {
 // waitImageGone polls the engine until the image is deleted.
 func waitImageGone(t testing.TB, cli *client.Client, id string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testenv.HangGuard)
 	for {
 		_, err := cli.ImageInspect(testCtx(t), id)
 		if engine.IsNotFound(err) {
@@ -580,7 +581,7 @@ func waitImageGone(t testing.TB, cli *client.Client, id string) {
 			t.Fatalf("inspect image %.19s: %v", id, err)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("image %.19s still exists after 15s", id)
+			t.Fatalf("image %.19s still exists after %v", id, testenv.HangGuard)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -757,7 +758,7 @@ func TestSnapshotForkCancel(t *testing.T) {
 	}
 	t.Logf("cancelled Fork: %v", err)
 
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testenv.HangGuard)
 	for {
 		after := owned()
 		if slices.Equal(after, before) {
@@ -786,7 +787,14 @@ func TestSnapshotChain150(t *testing.T) {
 	if testing.Short() {
 		steps = 20
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	// The chain's length depends on the machine's load (a step took 20 s
+	// with other test runs busy), so its only bound is a hang guard: the
+	// test binary's own -timeout, less a minute to report which step hung.
+	deadline, ok := t.Deadline()
+	if !ok { // -timeout 0
+		deadline = time.Now().Add(time.Hour)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-time.Minute))
 	defer cancel()
 	cli := engineClient(t)
 	start := time.Now()
@@ -977,7 +985,9 @@ func TestSnapshotPrune(t *testing.T) {
 	snapRun(t, src, "echo mine > f", 0)
 	mine := takeSnapshot(t, src)
 
-	if _, err := sandbox.Prune(ctx); err != nil {
+	// Three Prunes at once find the same orphans: each must succeed
+	// (removed by another is removed).
+	if _, err := prune(ctx, 3); err != nil {
 		t.Fatalf("Prune: %v", err)
 	}
 	// Another test may prune at the same time (from the helper's exit on):
