@@ -71,6 +71,52 @@ func Main(m *testing.M, images Images, setup func(ctx context.Context) (cleanup 
 	return code
 }
 
+// Objects counts the engine objects carrying this process's owner label.
+type Objects struct {
+	Containers, Volumes, Networks, Images int
+}
+
+// Total returns the number of objects of every kind.
+func (o Objects) Total() int { return o.Containers + o.Volumes + o.Networks + o.Images }
+
+func (o Objects) String() string {
+	return fmt.Sprintf("%d containers, %d volumes, %d networks, %d images",
+		o.Containers, o.Volumes, o.Networks, o.Images)
+}
+
+// OwnedObjects counts the containers (running or not), volumes, networks
+// and images labelled with this process as owner (engine.LabelOwner =
+// engine.Owner()), on the engine the environment (DOCKER_HOST) names.
+func OwnedObjects(ctx context.Context) (Objects, error) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return Objects{}, err
+	}
+	defer cli.Close()
+	return ownedObjects(ctx, cli)
+}
+
+func ownedObjects(ctx context.Context, cli *client.Client) (Objects, error) {
+	f := filters.NewArgs(filters.Arg("label", engine.LabelOwner+"="+engine.Owner()))
+	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return Objects{}, err
+	}
+	vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		return Objects{}, err
+	}
+	ns, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
+	if err != nil {
+		return Objects{}, err
+	}
+	is, err := cli.ImageList(ctx, image.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return Objects{}, err
+	}
+	return Objects{Containers: len(cs), Volumes: len(vs.Volumes), Networks: len(ns), Images: len(is)}, nil
+}
+
 // LeftObjects waits up to wait (the engine removes auto-removed containers
 // asynchronously) for no container, volume, network or image labelled with
 // this process as owner to remain, and says what is left otherwise.
@@ -81,31 +127,17 @@ func LeftObjects(wait time.Duration) error {
 		return err
 	}
 	defer cli.Close()
-	f := filters.NewArgs(filters.Arg("label", engine.LabelOwner+"="+engine.Owner()))
 	deadline := time.Now().Add(wait)
 	for {
-		cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+		o, err := ownedObjects(ctx, cli)
 		if err != nil {
 			return err
 		}
-		vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
-		if err != nil {
-			return err
-		}
-		ns, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
-		if err != nil {
-			return err
-		}
-		is, err := cli.ImageList(ctx, image.ListOptions{All: true, Filters: f})
-		if err != nil {
-			return err
-		}
-		if len(cs)+len(vs.Volumes)+len(ns)+len(is) == 0 {
+		if o.Total() == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("left behind: %d containers, %d volumes, %d networks, %d images",
-				len(cs), len(vs.Volumes), len(ns), len(is))
+			return fmt.Errorf("left behind: %v", o)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
