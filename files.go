@@ -82,6 +82,17 @@ func (s *Sandbox) pathErr(op, name string, err error) error {
 	return &fs.PathError{Op: op, Path: name, Err: err}
 }
 
+// goneAfter returns err or, if a write through the archive API succeeded
+// while the sandbox ended, the error saying it is gone: the engine also
+// writes into a container that has stopped (and is about to be removed),
+// and the data is lost with it.
+func (s *Sandbox) goneAfter(err error) error {
+	if err == nil {
+		return s.check()
+	}
+	return err
+}
+
 // WriteFile writes data to the named file, creating or replacing it with
 // permissions perm, owned by the sandbox user. The directory must exist.
 func (s *Sandbox) WriteFile(ctx context.Context, name string, data []byte, perm fs.FileMode) error {
@@ -104,7 +115,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, data []byte, perm 
 	if err := tarsafe.SingleFile(&buf, base, data, perm, s.uid, s.gid); err != nil {
 		return &fs.PathError{Op: "write", Path: name, Err: err}
 	}
-	err := s.copyTo(ctx, s.id, dir, &buf)
+	err := s.goneAfter(s.copyTo(ctx, s.id, dir, &buf))
 	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.file.write", slog.String("sandbox", s.id),
 		slog.String("path", p), slog.Int("bytes", len(data)), errAttr(err))
 	return s.pathErr("write", name, err)
@@ -534,11 +545,17 @@ func (s *Sandbox) CopyIn(ctx context.Context, dst string, src fs.FS) error {
 	}
 	pr, pw := io.Pipe()
 	cw := &countWriter{w: pw, n: &counter{}}
+	produced := make(chan struct{})
 	go func() {
+		defer close(produced)
 		pw.CloseWithError(tarsafe.FromFS(cw, src, ".", tarsafe.Header{Uid: s.uid, Gid: s.gid}))
 	}()
-	err := s.copyTo(ctx, s.id, p, pr)
+	err := s.goneAfter(s.copyTo(ctx, s.id, p, pr))
 	pr.CloseWithError(errors.New("sandbox: copy aborted"))
+	// When the upload ends early (cancelled, engine gone), the archive
+	// writer is still running: wait until its next write fails, so that
+	// nothing reads src after CopyIn returns and its count is final.
+	<-produced
 	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.file.copyin", slog.String("sandbox", s.id),
 		slog.String("path", p), slog.Int64("tar_bytes", cw.n.n), errAttr(err))
 	return s.pathErr("copyin", dst, err)
