@@ -1,0 +1,430 @@
+//go:build linux
+
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/agentsandbox/sandbox/internal/wire"
+)
+
+// tagBase is the first supplementary group ID given to commands as their
+// tag; command n gets tagBase+n. The range is far from any real group.
+const tagBase = 1_900_000_000
+
+type agent struct {
+	w *wire.Writer
+
+	mu      sync.Mutex // guards the maps; held while starting and reaping
+	byChan  map[uint32]*proc
+	byPID   map[int]*proc
+	nextTag uint32
+}
+
+// proc is one command.
+type proc struct {
+	ch    uint32
+	pid   int
+	tag   uint32
+	stdin chan []byte // nil without stdin; closed by CloseStdin
+	out   *window     // output credit granted by the library
+
+	mu      sync.Mutex
+	streams int // output streams not yet at their end
+	reaped  bool
+	killed  bool
+}
+
+func newAgent(out io.Writer) *agent {
+	return &agent{w: wire.NewWriter(out), byChan: map[uint32]*proc{}, byPID: map[int]*proc{}}
+}
+
+// send writes a frame; if the library is gone, the agent exits (which ends
+// the container).
+func (a *agent) send(kind wire.Kind, ch uint32, data []byte) {
+	if err := a.w.Write(kind, ch, data); err != nil {
+		os.Exit(0)
+	}
+}
+
+func (a *agent) sendJSON(kind wire.Kind, ch uint32, v any) {
+	if err := a.w.WriteJSON(kind, ch, v); err != nil {
+		os.Exit(0)
+	}
+}
+
+func (a *agent) fail(ch uint32, err error) { a.send(wire.Failed, ch, []byte(err.Error())) }
+
+func (a *agent) lookup(ch uint32) *proc {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.byChan[ch]
+}
+
+// serve reads the library's frames until its stream ends.
+func (a *agent) serve(r io.Reader) {
+	for {
+		f, err := wire.ReadFrame(r)
+		if err != nil {
+			return
+		}
+		switch f.Kind {
+		case wire.Exec:
+			var req wire.ExecRequest
+			if err := json.Unmarshal(f.Data, &req); err != nil {
+				a.fail(f.Channel, fmt.Errorf("agent: bad exec request: %w", err))
+				continue
+			}
+			go a.start(f.Channel, req)
+		case wire.Stdin, wire.CloseStdin:
+			p := a.lookup(f.Channel)
+			if p == nil || p.stdin == nil {
+				continue
+			}
+			if f.Kind == wire.CloseStdin {
+				p.closeStdin()
+			} else {
+				p.feed(f.Data)
+			}
+		case wire.Ack:
+			if n, err := wire.Count(f.Data); err == nil {
+				if p := a.lookup(f.Channel); p != nil {
+					p.out.give(int(n))
+				}
+			}
+		case wire.Kill:
+			go a.kill(f.Channel)
+		case wire.Ping:
+			a.send(wire.Pong, f.Channel, nil)
+		case wire.OOM:
+			a.sendJSON(wire.OOMCount, f.Channel, oomKills())
+		}
+	}
+}
+
+// start runs a command and reports on it.
+func (a *agent) start(ch uint32, req wire.ExecRequest) {
+	if len(req.Args) == 0 {
+		a.fail(ch, errors.New("agent: no command"))
+		return
+	}
+	p := &proc{ch: ch, out: newWindow(wire.Window), streams: 2}
+	uid, gid, err := resolveUser(req.User)
+	if err != nil {
+		a.fail(ch, fmt.Errorf("agent: %w", err))
+		return
+	}
+	env := mergeEnv(os.Environ(), req.Env)
+	path, err := lookPath(req.Args[0], env)
+	if err != nil {
+		// As a shell would: the command runs, says why on stderr, and
+		// exits 127 (not found) or 126 (found, cannot run).
+		code := 127
+		if !errors.Is(err, fs.ErrNotExist) {
+			code = 126
+		}
+		a.sendJSON(wire.Started, ch, wire.Start{})
+		a.send(wire.Stderr, ch, []byte(fmt.Sprintf("%s: %v\n", req.Args[0], err)))
+		a.send(wire.Stdout, ch, nil)
+		a.send(wire.Stderr, ch, nil)
+		a.sendJSON(wire.Exited, ch, wire.Exit{Code: code})
+		return
+	}
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		a.fail(ch, err)
+		return
+	}
+	stderrR, stderrW, err := os.Pipe()
+	if err != nil {
+		stdoutR.Close()
+		stdoutW.Close()
+		a.fail(ch, err)
+		return
+	}
+	var stdinR, stdinW *os.File
+	if req.Stdin {
+		stdinR, stdinW, err = os.Pipe()
+	} else {
+		stdinR, err = os.Open(os.DevNull)
+	}
+	if err != nil {
+		for _, f := range []*os.File{stdoutR, stdoutW, stderrR, stderrW} {
+			f.Close()
+		}
+		a.fail(ch, err)
+		return
+	}
+	attr := &os.ProcAttr{
+		Dir:   req.Dir,
+		Env:   env,
+		Files: []*os.File{stdinR, stdoutW, stderrW},
+		Sys: &syscall.SysProcAttr{
+			Setsid: true,
+		},
+	}
+	a.mu.Lock()
+	if _, dup := a.byChan[ch]; dup {
+		a.mu.Unlock()
+		a.fail(ch, fmt.Errorf("agent: channel %d is in use", ch))
+		return
+	}
+	a.nextTag++
+	p.tag = tagBase + a.nextTag
+	attr.Sys.Credential = &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{gid, p.tag}}
+	// Under a.mu: the reaper cannot collect the child before it is known.
+	child, err := os.StartProcess(path, req.Args, attr)
+	if err == nil {
+		p.pid = child.Pid
+		child.Release()
+		a.byChan[ch] = p
+		a.byPID[p.pid] = p
+	}
+	a.mu.Unlock()
+	stdinR.Close()
+	stdoutW.Close()
+	stderrW.Close()
+	if err != nil {
+		stdoutR.Close()
+		stderrR.Close()
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		a.fail(ch, fmt.Errorf("agent: start %s: %w", req.Args[0], unwrapSyscall(err)))
+		return
+	}
+	a.sendJSON(wire.Started, ch, wire.Start{PID: p.pid})
+	if stdinW != nil {
+		p.stdin = make(chan []byte, wire.Window/wire.MaxData+4)
+		go a.writeStdin(p, stdinW)
+	}
+	go a.pump(p, stdoutR, wire.Stdout)
+	go a.pump(p, stderrR, wire.Stderr)
+}
+
+// feed queues stdin bytes. The library sends no more than a window ahead
+// of the agent's acknowledgements, so the queue never fills; if it did,
+// the bytes would be dropped rather than block every channel.
+func (p *proc) feed(b []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stdin == nil {
+		return
+	}
+	select {
+	case p.stdin <- b:
+	default:
+	}
+}
+
+func (p *proc) closeStdin() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stdin != nil {
+		close(p.stdin)
+		p.stdin = nil
+	}
+}
+
+// writeStdin writes queued bytes to the command's stdin and acknowledges
+// them. A command that exits or closes its stdin ends the writing; the
+// rest is acknowledged and dropped.
+func (a *agent) writeStdin(p *proc, w *os.File) {
+	broken := false
+	for b := range p.stdin {
+		if !broken {
+			if _, err := w.Write(b); err != nil {
+				broken = true
+				w.Close()
+			}
+		}
+		var n [4]byte
+		n[0], n[1], n[2], n[3] = byte(len(b)>>24), byte(len(b)>>16), byte(len(b)>>8), byte(len(b))
+		a.send(wire.Ack, p.ch, n[:])
+	}
+	if !broken {
+		w.Close()
+	}
+}
+
+// pump sends a command's output stream, no more than the library's credit
+// allows, then the end-of-stream marker.
+func (a *agent) pump(p *proc, r *os.File, kind wire.Kind) {
+	defer r.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n := p.out.take(len(buf))
+		m, err := r.Read(buf[:n])
+		if m > 0 {
+			a.send(kind, p.ch, buf[:m])
+		}
+		p.out.give(n - m)
+		if err != nil {
+			break
+		}
+	}
+	a.send(kind, p.ch, nil)
+	p.mu.Lock()
+	p.streams--
+	done := p.streams == 0 && p.reaped
+	p.mu.Unlock()
+	if done {
+		a.forget(p)
+	}
+}
+
+// forget drops a command whose process was reaped and whose output ended.
+func (a *agent) forget(p *proc) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.byChan[p.ch] == p {
+		delete(a.byChan, p.ch)
+	}
+}
+
+// reap collects every child that ends (the agent is PID 1: orphans of the
+// whole container come to it) and reports the commands' own exits.
+func (a *agent) reap() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGCHLD)
+	for range sig {
+		a.mu.Lock()
+		var ended []*proc
+		var statuses []syscall.WaitStatus
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if pid <= 0 || err != nil {
+				break
+			}
+			if p := a.byPID[pid]; p != nil {
+				delete(a.byPID, pid)
+				ended = append(ended, p)
+				statuses = append(statuses, ws)
+			}
+		}
+		a.mu.Unlock()
+		for i, p := range ended {
+			a.exited(p, statuses[i])
+		}
+	}
+}
+
+func (a *agent) exited(p *proc, ws syscall.WaitStatus) {
+	p.mu.Lock()
+	p.reaped = true
+	done := p.streams == 0
+	e := wire.Exit{Code: ws.ExitStatus(), Killed: p.killed}
+	p.mu.Unlock()
+	if ws.Signaled() {
+		e.Signal = int(ws.Signal())
+		e.Code = 128 + e.Signal
+	}
+	a.sendJSON(wire.Exited, p.ch, e)
+	if done {
+		a.forget(p)
+	}
+}
+
+// kill kills every process of the command on channel ch and reports when
+// none is left.
+func (a *agent) kill(ch uint32) {
+	p := a.lookup(ch)
+	if p == nil {
+		a.sendJSON(wire.Killed, ch, wire.KillResult{})
+		return
+	}
+	p.mu.Lock()
+	p.killed = true
+	p.mu.Unlock()
+	n, rounds := killTag(p.tag, os.Getpid())
+	a.sendJSON(wire.Killed, ch, wire.KillResult{Processes: n, Rounds: rounds})
+}
+
+// mergeEnv returns base with add applied: an entry of add replaces the
+// entry of base with the same name; later entries win.
+func mergeEnv(base, add []string) []string {
+	out := make([]string, 0, len(base)+len(add))
+	index := map[string]int{}
+	for _, e := range append(append([]string{}, base...), add...) {
+		k, _, _ := strings.Cut(e, "=")
+		if i, ok := index[k]; ok {
+			out[i] = e
+			continue
+		}
+		index[k] = len(out)
+		out = append(out, e)
+	}
+	return out
+}
+
+// lookPath finds the program file as a shell would, in the PATH of env.
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, executable(name)
+	}
+	pathVar := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "PATH="); ok {
+			pathVar = v
+		}
+	}
+	var found error
+	for _, dir := range filepath.SplitList(pathVar) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		err := executable(p)
+		if err == nil {
+			return p, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) && found == nil {
+			found = err
+		}
+	}
+	if found != nil {
+		return "", found
+	}
+	return "", errNotFound
+}
+
+// errNotFound is a program not found in PATH.
+var errNotFound = notFound{}
+
+type notFound struct{}
+
+func (notFound) Error() string        { return "not found" }
+func (notFound) Is(target error) bool { return target == fs.ErrNotExist }
+
+func executable(p string) error {
+	fi, err := os.Stat(p)
+	switch {
+	case err != nil:
+		return unwrapSyscall(err)
+	case fi.IsDir():
+		return errors.New("is a directory")
+	case fi.Mode()&0o111 == 0:
+		return errors.New("permission denied")
+	}
+	return nil
+}
+
+// unwrapSyscall drops the "fork/exec PATH:" and "stat PATH:" prefixes.
+func unwrapSyscall(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

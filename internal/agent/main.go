@@ -1,0 +1,113 @@
+//go:build linux
+
+// Command agent runs inside every sandbox as the container's main process
+// (PID 1). The library talks to it over the container's attach stream in
+// the frames of internal/wire: it starts commands, streams their output
+// with flow control, reaps them, and on request kills every process a
+// command started, wherever it went.
+//
+// It runs as root with only the capabilities it needs (set by the library
+// on the container), non-dumpable, with an empty capability bounding set
+// for everything it starts; commands run as the sandbox user with no
+// capabilities at all. Sandbox code can therefore not open its file
+// descriptors, signal, stop or ptrace it. Each command carries a
+// supplementary group of its own (its tag), which it and its descendants
+// cannot drop without CAP_SETGID; a kill finds them by it in
+// /proc/PID/status, which the kernel writes.
+//
+// When its stdin ends (the owning process closed the sandbox or died) or
+// its lifetime is over, it exits, and the kernel ends every process of the
+// container with it.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentsandbox/sandbox/internal/wire"
+)
+
+// version is reported in the agent's greeting.
+const version = "1"
+
+func main() {
+	lifetime := flag.Duration("lifetime", 0, "exit after this long (0: never)")
+	flag.Parse()
+	if err := harden(); err != nil {
+		fmt.Fprintf(os.Stderr, "agent: %v\n", err)
+		os.Exit(2)
+	}
+	// Ignored signals stay ignored in what the agent starts: writing past
+	// the file size limit then fails with EFBIG instead of killing the
+	// writer without a word.
+	signal.Ignore(syscall.SIGXFSZ)
+	// As PID 1 of the container's PID namespace, the agent gets from inside
+	// only the signals it handles; SIGKILL and SIGSTOP never reach it. Go
+	// handles the others by exiting, so a command running as root could
+	// end the sandbox with SIGTERM: take them all and drop them. (Handled,
+	// not ignored: what the agent starts gets them at their defaults.)
+	drop := make(chan os.Signal, 16)
+	signal.Notify(drop, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTSTP,
+		syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGIO,
+		syscall.SIGPWR, syscall.SIGWINCH, syscall.SIGCONT, syscall.SIGURG, syscall.SIGSTKFLT)
+	go func() {
+		for range drop {
+		}
+	}()
+	prewarmThreads(8)
+	debug.SetMemoryLimit(64 << 20)
+	if *lifetime > 0 {
+		time.AfterFunc(*lifetime, func() { os.Exit(0) })
+	}
+	a := newAgent(os.Stdout)
+	go a.reap()
+	if err := a.w.WriteJSON(wire.Hello, 0, wire.Greeting{Version: version, PID: os.Getpid()}); err != nil {
+		os.Exit(0)
+	}
+	a.serve(os.Stdin) // returns when stdin ends
+	os.Exit(0)
+}
+
+// harden makes the agent untouchable from the sandbox: not dumpable (its
+// /proc entries belong to root, and ptrace is refused), and with an empty
+// capability bounding set, which every process it starts inherits.
+func harden() error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
+	}
+	// The bounding set is per thread, and a command inherits the set of
+	// whichever thread forks it: drop on every thread of the runtime.
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		_, _, errno := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0)
+		if errno != 0 && errno != syscall.EINVAL {
+			return fmt.Errorf("prctl(PR_CAPBSET_DROP, %d): %w (does the container have CAP_SETPCAP?)", c, errno)
+		}
+	}
+	return nil
+}
+
+// prewarmThreads makes the Go runtime start n OS threads now and keep them
+// idle: a command that has used up the container's PIDs limit (a fork
+// bomb) must not keep the agent from getting a thread when it needs one to
+// kill the bomb.
+func prewarmThreads(n int) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			time.Sleep(20 * time.Millisecond)
+		})
+	}
+	wg.Wait()
+}

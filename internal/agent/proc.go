@@ -1,0 +1,161 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+)
+
+// window is a command's output credit: how many more bytes the agent may
+// send before the library acknowledges some.
+type window struct {
+	mu    sync.Mutex
+	cond  *sync.Cond
+	avail int
+}
+
+func newWindow(n int) *window {
+	w := &window{avail: n}
+	w.cond = sync.NewCond(&w.mu)
+	return w
+}
+
+// take waits for credit and takes up to max bytes of it.
+func (w *window) take(max int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.avail <= 0 {
+		w.cond.Wait()
+	}
+	n := min(max, w.avail)
+	w.avail -= n
+	return n
+}
+
+func (w *window) give(n int) {
+	if n <= 0 {
+		return
+	}
+	w.mu.Lock()
+	w.avail += n
+	w.mu.Unlock()
+	w.cond.Broadcast()
+}
+
+// maxRounds bounds a kill's scans of /proc. Every round kills every tagged
+// process it sees, and a killed process forks no more, so a kill ends in
+// a few rounds even against a fork bomb; the bound is a guard.
+const maxRounds = 1000
+
+// killTag SIGKILLs every process that carries the supplementary group tag,
+// scanning /proc until a scan finds none alive. It returns how many
+// processes it killed and how many scans it took.
+func killTag(tag uint32, self int) (killed, rounds int) {
+	want := []byte(strconv.FormatUint(uint64(tag), 10))
+	buf := make([]byte, 8<<10)
+	for rounds = 1; rounds <= maxRounds; rounds++ {
+		n := 0
+		for _, pid := range pids(self) {
+			st, ok := readStatus(pid, buf)
+			if !ok {
+				continue
+			}
+			state, groups := statusFields(st)
+			if state == 'Z' || !hasGroup(groups, want) {
+				continue
+			}
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				n++
+			}
+		}
+		killed += n
+		if n == 0 {
+			return killed, rounds
+		}
+	}
+	return killed, maxRounds
+}
+
+// pids lists the processes in /proc other than self.
+func pids(self int) []int {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	out := make([]int, 0, len(names))
+	for _, n := range names {
+		if pid, err := strconv.Atoi(n); err == nil && pid != self {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// readStatus reads /proc/PID/status, at most len(buf) bytes of it (the
+// kernel writes it; it is about 1.5 KiB).
+func readStatus(pid int, buf []byte) ([]byte, bool) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	n, err := io.ReadFull(f, buf)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return nil, false
+	}
+	return buf[:n], true
+}
+
+// statusFields returns the state letter and the Groups value of a
+// /proc/PID/status text. The last line of each name is used: the kernel
+// escapes the one field a process controls (Name), but a forged line
+// could only come before the real one anyway.
+func statusFields(st []byte) (state byte, groups []byte) {
+	for line := range bytes.SplitSeq(st, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("State:")); ok {
+			v = bytes.TrimSpace(v)
+			if len(v) > 0 {
+				state = v[0]
+			}
+		} else if v, ok := bytes.CutPrefix(line, []byte("Groups:")); ok {
+			groups = v
+		}
+	}
+	return state, groups
+}
+
+// hasGroup reports whether the space-separated list groups holds want.
+func hasGroup(groups, want []byte) bool {
+	for _, g := range bytes.Fields(groups) {
+		if bytes.Equal(g, want) {
+			return true
+		}
+	}
+	return false
+}
+
+// oomKills returns how many processes the kernel's OOM killer has ended in
+// the container's memory cgroup (cgroup v1 or v2), or -1 if it cannot tell.
+func oomKills() int {
+	for _, f := range []string{"/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for line := range bytes.SplitSeq(b, []byte("\n")) {
+			if v, ok := bytes.CutPrefix(line, []byte("oom_kill ")); ok {
+				if n, err := strconv.Atoi(string(bytes.TrimSpace(v))); err == nil {
+					return n
+				}
+			}
+		}
+	}
+	return -1
+}

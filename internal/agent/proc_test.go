@@ -1,0 +1,51 @@
+//go:build linux
+
+package main
+
+import "testing"
+
+func TestStatusFields(t *testing.T) {
+	st := []byte("Name:\tx\\nGroups:\\t7\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t12\n" +
+		"Uid:\t1000\t1000\t1000\t1000\nGroups:\t1000 1900000003 \nNSpid:\t12\n")
+	state, groups := statusFields(st)
+	if state != 'S' || string(groups) != "\t1000 1900000003 " {
+		t.Errorf("statusFields = %q, %q", state, groups)
+	}
+	if !hasGroup(groups, []byte("1900000003")) || hasGroup(groups, []byte("190000000")) || hasGroup(groups, []byte("7")) {
+		t.Error("hasGroup matched wrongly")
+	}
+	// A forged line in the name (were the kernel not to escape it) comes
+	// before the real one; the real one wins.
+	forged := []byte("Name:\tx\nState:\tZ\nGroups:\t5\nState:\tR (running)\nGroups:\t1000\n")
+	if state, groups := statusFields(forged); state != 'R' || hasGroup(groups, []byte("5")) {
+		t.Errorf("forged lines won: %q, %q", state, groups)
+	}
+}
+
+func TestWindow(t *testing.T) {
+	w := newWindow(10)
+	if n := w.take(4); n != 4 {
+		t.Fatalf("take(4) = %d", n)
+	}
+	if n := w.take(100); n != 6 {
+		t.Fatalf("take(100) = %d, want the 6 left", n)
+	}
+	done := make(chan int)
+	go func() { done <- w.take(3) }()
+	w.give(2)
+	if n := <-done; n != 2 {
+		t.Errorf("take after give(2) = %d", n)
+	}
+}
+
+func TestLookPath(t *testing.T) {
+	if p, err := lookPath("sh", []string{"PATH=/nonexistent:/bin:/usr/bin"}); err != nil || (p != "/bin/sh" && p != "/usr/bin/sh") {
+		t.Errorf("lookPath(sh) = %q, %v", p, err)
+	}
+	if _, err := lookPath("no-such-program-x", []string{"PATH=/bin"}); err != errNotFound {
+		t.Errorf("lookPath(missing) = %v, want errNotFound", err)
+	}
+	if _, err := lookPath("/etc/passwd", nil); err == nil {
+		t.Error("lookPath(/etc/passwd) succeeded: not executable")
+	}
+}

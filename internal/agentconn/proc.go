@@ -1,0 +1,256 @@
+package agentconn
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/agentsandbox/sandbox/internal/wire"
+)
+
+// Proc is a command running in the sandbox.
+type Proc struct {
+	c  *Conn
+	id uint32
+	ch *channel
+
+	PID    int       // in the sandbox's PID namespace; 0 for a command not found
+	Stdout io.Reader // the command's output, read as it comes; io.EOF at its end
+	Stderr io.Reader
+}
+
+// Exec starts a command and waits (bounded by ctx and the Conn's timeout)
+// for the agent to say it runs. A command that is not found runs too: it
+// writes why on its stderr and exits 127, as in a shell.
+func (c *Conn) Exec(ctx context.Context, req wire.ExecRequest) (*Proc, error) {
+	ch := &channel{reply: make(chan wire.Frame, 1), exited: make(chan struct{}), killed: make(chan wire.KillResult, 1)}
+	c.mu.Lock()
+	c.next++
+	id := c.next
+	ack := func(n int) { c.w.WriteCount(wire.Ack, id, uint32(n)) }
+	ch.out = [2]*stream{newStream(ack), newStream(ack)}
+	if req.Stdin {
+		ch.stdin = newCredit(wire.Window)
+	}
+	c.chans[id] = ch
+	c.mu.Unlock()
+	p := &Proc{c: c, id: id, ch: ch, Stdout: ch.out[0], Stderr: ch.out[1]}
+	if err := c.w.WriteJSON(wire.Exec, id, req); err != nil {
+		p.Close()
+		return nil, c.writeErr(err)
+	}
+	f, err := await(c, ctx, ch.reply, "exec")
+	if err != nil {
+		// It may have started after all: make sure it does not run on.
+		c.w.Write(wire.Kill, id, nil)
+		p.Close()
+		return nil, err
+	}
+	if f.Kind == wire.Failed {
+		p.Close()
+		return nil, errors.New(string(f.Data))
+	}
+	var st wire.Start
+	json.Unmarshal(f.Data, &st)
+	p.PID = st.PID
+	return p, nil
+}
+
+// Stdin returns the writer to the command's stdin (nil if the request had
+// no Stdin). A Write blocks while the agent holds a window of bytes the
+// command has not read yet; Close ends the command's stdin.
+func (p *Proc) Stdin() io.WriteCloser {
+	if p.ch.stdin == nil {
+		return nil
+	}
+	return stdinWriter{p}
+}
+
+type stdinWriter struct{ p *Proc }
+
+func (w stdinWriter) Write(b []byte) (int, error) {
+	done := 0
+	for done < len(b) {
+		n, ok := w.p.ch.stdin.take(min(len(b)-done, wire.MaxData))
+		if !ok {
+			return done, io.ErrClosedPipe
+		}
+		if err := w.p.c.w.Write(wire.Stdin, w.p.id, b[done:done+n]); err != nil {
+			return done, w.p.c.writeErr(err)
+		}
+		done += n
+	}
+	return done, nil
+}
+
+func (w stdinWriter) Close() error {
+	if err := w.p.c.w.Write(wire.CloseStdin, w.p.id, nil); err != nil {
+		return w.p.c.writeErr(err)
+	}
+	return nil
+}
+
+// Exited is closed when the command has exited (its output may still be
+// coming: a process it left behind may hold it open); Exit then says how.
+func (p *Proc) Exited() <-chan struct{} { return p.ch.exited }
+
+// Exit returns how the command ended, once Exited is closed.
+func (p *Proc) Exit() wire.Exit {
+	<-p.ch.exited
+	return p.ch.exit
+}
+
+// Wait waits for the command to exit, for the stream to the agent to end
+// (ErrGone), or for ctx.
+func (p *Proc) Wait(ctx context.Context) (wire.Exit, error) {
+	select {
+	case <-p.ch.exited:
+		return p.ch.exit, nil
+	case <-p.c.done:
+		select {
+		case <-p.ch.exited:
+			return p.ch.exit, nil
+		default:
+		}
+		return wire.Exit{}, p.c.doneErr
+	case <-ctx.Done():
+		return wire.Exit{}, ctx.Err()
+	}
+}
+
+// Kill kills every process the command started, wherever it went, and
+// returns when none is left (bounded by ctx and the Conn's timeout).
+func (p *Proc) Kill(ctx context.Context) (wire.KillResult, error) {
+	select {
+	case <-p.ch.killed: // a result from an earlier Kill
+	default:
+	}
+	if err := p.c.w.Write(wire.Kill, p.id, nil); err != nil {
+		return wire.KillResult{}, p.c.writeErr(err)
+	}
+	return await(p.c, ctx, p.ch.killed, "kill")
+}
+
+// Close forgets the command: its output streams end (reads return
+// io.ErrClosedPipe once what arrived is read), and later frames for it are
+// dropped. Call it once its output is read and Wait returned.
+func (p *Proc) Close() {
+	p.c.release(p.id)
+	for _, s := range p.ch.out {
+		s.end(io.ErrClosedPipe)
+	}
+	if p.ch.stdin != nil {
+		p.ch.stdin.end()
+	}
+}
+
+// stream is output received and not yet read.
+type stream struct {
+	mu   sync.Mutex
+	buf  []byte
+	err  error
+	wake chan struct{}
+	ack  func(n int)
+}
+
+func newStream(ack func(int)) *stream {
+	return &stream{wake: make(chan struct{}, 1), ack: ack}
+}
+
+func (s *stream) add(b []byte) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.buf = append(s.buf, b...)
+	}
+	s.mu.Unlock()
+	s.notify()
+}
+
+func (s *stream) end(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.mu.Unlock()
+	s.notify()
+}
+
+func (s *stream) notify() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *stream) Read(p []byte) (int, error) {
+	for {
+		s.mu.Lock()
+		if len(s.buf) > 0 {
+			n := copy(p, s.buf)
+			s.buf = s.buf[n:]
+			if len(s.buf) == 0 {
+				s.buf = nil
+			}
+			ended := s.err != nil
+			s.mu.Unlock()
+			if !ended {
+				s.ack(n)
+			}
+			return n, nil
+		}
+		if s.err != nil {
+			err := s.err
+			s.mu.Unlock()
+			return 0, err
+		}
+		s.mu.Unlock()
+		<-s.wake
+	}
+}
+
+// credit is the stdin bytes the agent may still take.
+type credit struct {
+	mu    sync.Mutex
+	cond  *sync.Cond
+	avail int
+	ended bool
+}
+
+func newCredit(n int) *credit {
+	c := &credit{avail: n}
+	c.cond = sync.NewCond(&c.mu)
+	return c
+}
+
+func (c *credit) take(max int) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.avail <= 0 && !c.ended {
+		c.cond.Wait()
+	}
+	if c.ended {
+		return 0, false
+	}
+	n := min(max, c.avail)
+	c.avail -= n
+	return n, true
+}
+
+func (c *credit) give(n int) {
+	c.mu.Lock()
+	c.avail += n
+	c.mu.Unlock()
+	c.cond.Broadcast()
+}
+
+func (c *credit) end() {
+	c.mu.Lock()
+	c.ended = true
+	c.mu.Unlock()
+	c.cond.Broadcast()
+}
+
+func (p *Proc) String() string { return fmt.Sprintf("agent command #%d (pid %d)", p.id, p.PID) }

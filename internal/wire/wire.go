@@ -1,0 +1,206 @@
+// Package wire is the protocol between the library and the agent that runs
+// inside every sandbox (internal/agent), spoken over the container's attach
+// stream: the library writes frames to the agent's stdin and reads frames
+// from its stdout.
+//
+// A frame is a 9-byte header — kind (1 byte), channel (4 bytes, big
+// endian), payload length (4 bytes, big endian) — and at most MaxData bytes
+// of payload. A channel is one command (or one request) and is chosen by
+// the library; frames of different channels interleave freely.
+//
+// Output is flow-controlled per channel: the agent sends at most Window
+// bytes of a command's output that the library has not acknowledged (Ack),
+// so a command that writes without end can neither flood the library's
+// memory nor hold up other channels.
+package wire
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// Kind says what a frame carries.
+type Kind uint8
+
+// Frames the library sends.
+const (
+	Exec       Kind = 1 + iota // start a command: JSON ExecRequest
+	Stdin                      // bytes for the command's stdin
+	CloseStdin                 // end of the command's stdin
+	Kill                       // kill every process the command started
+	Ack                        // the library consumed output: 4-byte count
+	Ping                       // answered by Pong
+	OOM                        // answered by OOMCount
+)
+
+// Frames the agent sends.
+const (
+	Started  Kind = 64 + iota // the command runs: JSON Start
+	Stdout                    // output; an empty payload is end of stream
+	Stderr                    // output; an empty payload is end of stream
+	Exited                    // the command ended: JSON Exit
+	Failed                    // the request failed: an error message
+	Pong                      // answer to Ping
+	OOMCount                  // answer to OOM: JSON int (-1: unknown)
+	Killed                    // the kill is done: JSON KillResult
+	Hello                     // first frame of the agent: JSON Greeting
+)
+
+var kindNames = map[Kind]string{
+	Exec: "exec", Stdin: "stdin", CloseStdin: "close-stdin", Kill: "kill", Ack: "ack",
+	Ping: "ping", OOM: "oom", Started: "started", Stdout: "stdout", Stderr: "stderr",
+	Exited: "exited", Failed: "failed", Pong: "pong", OOMCount: "oom-count",
+	Killed: "killed", Hello: "hello",
+}
+
+func (k Kind) String() string {
+	if s, ok := kindNames[k]; ok {
+		return s
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+const (
+	// MaxData is the largest payload of a frame.
+	MaxData = 64 << 10
+	// Window is how many bytes of one command's output the agent sends
+	// ahead of the library's acknowledgements.
+	Window = 1 << 20
+	// HeaderSize is the size of a frame's header.
+	HeaderSize = 9
+)
+
+// Frame is one message.
+type Frame struct {
+	Kind    Kind
+	Channel uint32
+	Data    []byte
+}
+
+func (f Frame) String() string {
+	return fmt.Sprintf("%v #%d (%d bytes)", f.Kind, f.Channel, len(f.Data))
+}
+
+// ErrTooLarge is returned by ReadFrame for a frame whose payload exceeds
+// MaxData: the stream is corrupt or hostile and must be dropped.
+var ErrTooLarge = errors.New("wire: frame too large")
+
+// ReadFrame reads one frame from r. The payload is freshly allocated.
+func ReadFrame(r io.Reader) (Frame, error) {
+	var h [HeaderSize]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return Frame{}, err
+	}
+	n := binary.BigEndian.Uint32(h[5:])
+	if n > MaxData {
+		return Frame{}, fmt.Errorf("%w: %d bytes", ErrTooLarge, n)
+	}
+	f := Frame{Kind: Kind(h[0]), Channel: binary.BigEndian.Uint32(h[1:5])}
+	if n > 0 {
+		f.Data = make([]byte, n)
+		if _, err := io.ReadFull(r, f.Data); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return Frame{}, err
+		}
+	}
+	return f, nil
+}
+
+// Writer writes frames to an underlying stream, one whole frame at a time,
+// from any number of goroutines.
+type Writer struct {
+	mu  sync.Mutex
+	w   io.Writer
+	buf []byte
+}
+
+// NewWriter returns a Writer on w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+
+// Write sends one frame. A payload longer than MaxData is split into
+// several frames of the same kind and channel (never for an empty
+// payload, which some kinds use as a marker).
+func (w *Writer) Write(kind Kind, channel uint32, data []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for {
+		chunk := data[:min(len(data), MaxData)]
+		w.buf = append(w.buf[:0], byte(kind), 0, 0, 0, 0, 0, 0, 0, 0)
+		binary.BigEndian.PutUint32(w.buf[1:5], channel)
+		binary.BigEndian.PutUint32(w.buf[5:9], uint32(len(chunk)))
+		w.buf = append(w.buf, chunk...)
+		if _, err := w.w.Write(w.buf); err != nil {
+			return err
+		}
+		data = data[len(chunk):]
+		if len(data) == 0 {
+			return nil
+		}
+	}
+}
+
+// WriteJSON sends v, encoded as JSON, as one frame.
+func (w *Writer) WriteJSON(kind Kind, channel uint32, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxData {
+		return fmt.Errorf("%w: %v of %d bytes", ErrTooLarge, kind, len(b))
+	}
+	return w.Write(kind, channel, b)
+}
+
+// WriteCount sends a frame whose payload is the 4-byte count n (Ack).
+func (w *Writer) WriteCount(kind Kind, channel uint32, n uint32) error {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], n)
+	return w.Write(kind, channel, b[:])
+}
+
+// Count decodes the payload of a WriteCount frame.
+func Count(data []byte) (uint32, error) {
+	if len(data) != 4 {
+		return 0, fmt.Errorf("wire: count of %d bytes", len(data))
+	}
+	return binary.BigEndian.Uint32(data), nil
+}
+
+// ExecRequest starts a command.
+type ExecRequest struct {
+	Args  []string // Args[0] is looked up in the command's PATH unless it has a slash
+	Env   []string // added to the container's environment; later entries win
+	Dir   string   // absolute
+	User  string   // "uid", "uid:gid", or names from the image's /etc/passwd and /etc/group
+	Stdin bool     // stdin comes in Stdin frames; without it, stdin is /dev/null
+}
+
+// Start says a command runs.
+type Start struct {
+	PID int
+}
+
+// Exit says how a command ended.
+type Exit struct {
+	Code   int  // exit status, or 128+signal
+	Signal int  // the signal that ended it, 0 if it exited
+	Killed bool // ended by a Kill request
+}
+
+// KillResult says what a Kill did.
+type KillResult struct {
+	Processes int // how many processes it killed
+	Rounds    int // how many scans of /proc it took
+}
+
+// Greeting is the agent's first frame: it is ready.
+type Greeting struct {
+	Version string
+	PID     int
+}

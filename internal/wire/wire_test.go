@@ -1,0 +1,113 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+)
+
+func TestRoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	big := bytes.Repeat([]byte("x"), 2*MaxData+5)
+	if err := w.Write(Stdout, 7, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(Stdout, 7, nil); err != nil { // end of stream marker
+		t.Fatal(err)
+	}
+	if err := w.Write(Stdin, 1<<31, big); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteJSON(Exited, 3, Exit{Code: 137, Signal: 9, Killed: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteCount(Ack, 7, 123456); err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		kind Kind
+		ch   uint32
+		n    int
+	}{{Stdout, 7, 5}, {Stdout, 7, 0}, {Stdin, 1 << 31, MaxData}, {Stdin, 1 << 31, MaxData}, {Stdin, 1 << 31, 5}, {Exited, 3, -1}, {Ack, 7, 4}}
+	var got []byte
+	for i, wf := range want {
+		f, err := ReadFrame(&buf)
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if f.Kind != wf.kind || f.Channel != wf.ch || (wf.n >= 0 && len(f.Data) != wf.n) {
+			t.Errorf("frame %d: %v, want %v #%d (%d bytes)", i, f, wf.kind, wf.ch, wf.n)
+		}
+		if f.Kind == Stdin {
+			got = append(got, f.Data...)
+		}
+		if f.Kind == Ack {
+			if n, err := Count(f.Data); err != nil || n != 123456 {
+				t.Errorf("Count = %d, %v", n, err)
+			}
+		}
+	}
+	if !bytes.Equal(got, big) {
+		t.Errorf("split payload: %d bytes back of %d", len(got), len(big))
+	}
+	if _, err := ReadFrame(&buf); err != io.EOF {
+		t.Errorf("after the last frame: %v, want io.EOF", err)
+	}
+}
+
+// A hostile or corrupt stream cannot make the reader allocate more than
+// MaxData, nor pass off a cut frame as whole.
+func TestHostileFrames(t *testing.T) {
+	h := make([]byte, HeaderSize)
+	h[0] = byte(Stdout)
+	binary.BigEndian.PutUint32(h[5:], 1<<31)
+	if _, err := ReadFrame(bytes.NewReader(h)); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("4 GiB length: %v, want ErrTooLarge", err)
+	}
+	binary.BigEndian.PutUint32(h[5:], 10)
+	if _, err := ReadFrame(bytes.NewReader(append(h, "abc"...))); err != io.ErrUnexpectedEOF {
+		t.Errorf("cut payload: %v, want io.ErrUnexpectedEOF", err)
+	}
+	if _, err := ReadFrame(bytes.NewReader(h[:4])); err != io.ErrUnexpectedEOF {
+		t.Errorf("cut header: %v, want io.ErrUnexpectedEOF", err)
+	}
+	if _, err := Count([]byte{1, 2}); err == nil {
+		t.Error("Count of 2 bytes succeeded")
+	}
+}
+
+// Frames written from many goroutines at once arrive whole.
+func TestConcurrentWriters(t *testing.T) {
+	pr, pw := io.Pipe()
+	w := NewWriter(pw)
+	var wg sync.WaitGroup
+	for ch := range uint32(8) {
+		wg.Go(func() {
+			for range 50 {
+				w.Write(Stdout, ch, bytes.Repeat([]byte{byte(ch)}, 1000+int(ch)))
+			}
+		})
+	}
+	go func() { wg.Wait(); pw.Close() }()
+	n := 0
+	for {
+		f, err := ReadFrame(pr)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(f.Data) != 1000+int(f.Channel) || f.Data[0] != byte(f.Channel) || f.Data[len(f.Data)-1] != byte(f.Channel) {
+			t.Fatalf("mixed frame: %v", f)
+		}
+		n++
+	}
+	if n != 400 {
+		t.Errorf("%d frames, want 400", n)
+	}
+}
