@@ -78,7 +78,7 @@ func benchClient(b *testing.B) *client.Client {
 // floorConfig is a bare container roughly as limited as a sandbox (memory
 // without swap, pids, CPU, no network, no capabilities, an init), running
 // sleep. Its root filesystem is writable and it has no volume, tmpfs,
-// attach stream or supervisor.
+// attach stream or agent.
 func floorConfig() (*container.Config, *container.HostConfig) {
 	init := true
 	pids := int64(256)

@@ -41,10 +41,17 @@
 //
 // When a command's context ends or Limits.ExecTimeout passes, the library
 // kills the command and every process it started inside the sandbox, and
-// Wait returns at once; the sandbox stays usable. Docker's exec API has no
-// kill, so the container's main process is a small supervisor (a shell
-// script using builtins only, so it works even when the sandbox is out of
-// process slots) that does it on the library's request.
+// Wait returns at once; the sandbox stays usable.
+//
+// Commands do not go through docker exec: the container's main process is
+// the library's agent (a small static Go program, mounted read-only from a
+// volume; the image is not changed and needs no shell), which the library
+// talks to over the container's attach stream. The agent runs as root with
+// only the capabilities it needs, non-dumpable, so sandbox code cannot
+// signal, trace or feed it; commands run as the sandbox user with no
+// capabilities at all. Each command's processes carry a supplementary group
+// of their own that they cannot drop, and a kill removes every process
+// carrying it, wherever it went.
 //
 // # Files
 //
@@ -57,7 +64,7 @@
 //
 // Close removes the container, its disk and everything else the sandbox
 // made. A sandbox also ends by itself when the process that made it exits
-// (its supervisor's input closes) and after Limits.Lifetime. Every engine
+// (its agent's input closes) and after Limits.Lifetime. Every engine
 // object carries labels naming its owner process; Prune removes those whose
 // owner has died.
 //

@@ -2,24 +2,18 @@ package sandbox
 
 import (
 	"bytes"
+	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"path"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/pkg/stdcopy"
-
-	"github.com/agentsandbox/sandbox/internal/engine"
-	"github.com/agentsandbox/sandbox/internal/supervisor"
+	"github.com/agentsandbox/sandbox/internal/agentconn"
+	"github.com/agentsandbox/sandbox/internal/wire"
 )
 
 // Cmd is a command to run in a sandbox. It mirrors os/exec.Cmd: fill in the
@@ -27,12 +21,14 @@ import (
 // reused.
 //
 // When the context passed to Command is done, or Limits.ExecTimeout passes,
-// the command and every process it started (its session, its process group,
-// its descendants, and anything carrying its environment marker) are killed
+// the command and every process it started, directly or not, are killed
 // with SIGKILL inside the sandbox, and Wait returns promptly with an
-// *ExitError that also matches the context's error with errors.Is. A process
-// that both leaves the session and clears its environment escapes that
-// sweep; it still ends when the sandbox is closed or its Lifetime passes.
+// *ExitError that also matches the context's error with errors.Is. Nothing
+// escapes: each command's processes carry a supplementary group of their
+// own, which they cannot drop (new sessions, double forks, cleared
+// environments do not matter), and the sandbox's agent kills by it until
+// none is left. Processes of other commands, and background processes a
+// command left running after it exited normally, are not touched.
 //
 // Unlike os/exec, a program that is not found is reported by Wait as an
 // *ExitError with Code 127 (the shell's answer), not by Start.
@@ -63,10 +59,8 @@ type Cmd struct {
 	started   bool
 	finished  bool
 	cancel    context.CancelFunc
-	execID    string
-	hijack    types.HijackedResponse
-	mark      string
-	pid       chan int
+	proc      *agentconn.Proc
+	stuck     error // why a kill did not take effect
 	copyDone  chan error
 	killed    chan struct{} // closed when the kill goroutine has killed the tree
 	killErr   error         // ctx.Err() that caused the kill
@@ -214,17 +208,6 @@ func (c *Cmd) StderrPipe() (io.ReadCloser, error) {
 	return pr, nil
 }
 
-// wrapper prints the shell's pid (which exec keeps for the command) on the
-// first line of stdout, where the library takes it off, then runs the
-// command. Docker runs every exec as its own session leader. SIGXFSZ is
-// ignored (and stays ignored in everything the command runs) so that writing
-// past Limits.FileSize fails with EFBIG ("File too large") instead of
-// killing the writer silently.
-const wrapper = `trap '' XFSZ; echo $$; exec "$@"`
-
-// markVar is the environment variable that tags a command's processes.
-const markVar = "AGENTSANDBOX_EXEC"
-
 // Start starts the command and returns without waiting for it.
 func (c *Cmd) Start() error {
 	if c.err != nil {
@@ -251,9 +234,6 @@ func (c *Cmd) Start() error {
 		c.cancel()
 		return err
 	}
-	var b [8]byte
-	rand.Read(b[:])
-	c.mark = markVar + "=" + hex.EncodeToString(b[:])
 	dir := s.cfg.workdir
 	if c.Dir != "" {
 		dir = path.Join(s.cfg.workdir, c.Dir)
@@ -265,37 +245,32 @@ func (c *Cmd) Start() error {
 	if user == "" {
 		user = s.cfg.user
 	}
-	opts := container.ExecOptions{
-		User:         user,
-		AttachStdin:  c.Stdin != nil,
-		AttachStdout: true,
-		AttachStderr: true,
-		Env:          append(append([]string{}, c.Env...), c.mark),
-		WorkingDir:   dir,
-		Cmd:          append([]string{"/bin/sh", "-c", wrapper, "sh"}, c.Args...),
-	}
 	c.start = time.Now()
-	created, err := s.cli.ContainerExecCreate(ctx, s.id, opts)
-	if err != nil {
-		c.cancel()
-		return s.engineErr("exec", err)
-	}
-	c.execID = created.ID
-	c.hijack, err = engine.Attach(ctx, s.cfg.timeout, func(ctx context.Context) (types.HijackedResponse, error) {
-		return s.cli.ContainerExecAttach(ctx, c.execID, container.ExecAttachOptions{})
+	p, err := s.agent.Exec(ctx, wire.ExecRequest{
+		Args: c.Args, Env: c.Env, Dir: dir, User: user, Stdin: c.Stdin != nil,
 	})
 	if err != nil {
 		c.cancel()
-		return s.engineErr("exec attach", err)
+		if errors.Is(err, agentconn.ErrGone) || errors.Is(err, agentconn.ErrNoAnswer) {
+			return s.initErr("exec", err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("sandbox: exec: %w", err)
+		}
+		return fmt.Errorf("sandbox: exec %s: %w", c.Args[0], err)
 	}
-	c.pid = make(chan int, 1)
+	c.proc = p
 	c.copyDone = make(chan error, 1)
 	c.killed = make(chan struct{})
 	c.watchDone = make(chan struct{})
-	stdout := &pidTaker{w: orDiscard(c.Stdout), pid: c.pid, n: &c.stdoutN}
+	stdout := &countWriter{w: orDiscard(c.Stdout), n: &c.stdoutN}
 	stderr := &countWriter{w: orDiscard(c.Stderr), n: &c.stderrN}
 	go func() {
-		_, err := stdcopy.StdCopy(stdout, stderr, c.hijack.Reader)
+		var wg sync.WaitGroup
+		var errs [2]error
+		wg.Go(func() { errs[0] = drain(stdout, p.Stdout) })
+		wg.Go(func() { errs[1] = drain(stderr, p.Stderr) })
+		wg.Wait()
 		// The output pipes reach EOF when the output ends, so that, as
 		// with os/exec, they can be read to EOF before Wait is called.
 		for _, cl := range c.closers {
@@ -303,20 +278,36 @@ func (c *Cmd) Start() error {
 				pw.Close()
 			}
 		}
-		c.copyDone <- err
+		c.copyDone <- cmp.Or(errs[0], errs[1])
 	}()
 	if c.Stdin != nil {
 		go func() {
-			io.Copy(c.hijack.Conn, c.Stdin)
-			c.hijack.CloseWrite()
+			w := p.Stdin()
+			io.Copy(w, c.Stdin)
+			w.Close()
 		}()
 	}
-	go c.watch(ctx, user)
+	go c.watch(ctx)
 	return nil
 }
 
-// watch kills the command's tree when ctx ends before the command does.
-func (c *Cmd) watch(ctx context.Context, user string) {
+// drain copies the command's output stream r to w. If w fails, the rest is
+// read and dropped, so that the command is not held back, and w's error is
+// returned.
+func drain(w io.Writer, r io.Reader) error {
+	_, err := io.Copy(w, r)
+	if err != nil && !errors.Is(err, io.ErrClosedPipe) && !errors.Is(err, agentconn.ErrGone) {
+		io.Copy(io.Discard, r)
+		return err
+	}
+	return err
+}
+
+// watch kills the command and everything it started when ctx ends before
+// the command does. If the kill cannot take effect (the container paused
+// from outside, its agent silent), it stops the wait for the output after
+// the sandbox's timeout, so that Wait returns with an error saying why.
+func (c *Cmd) watch(ctx context.Context) {
 	defer close(c.watchDone)
 	select {
 	case <-c.killed: // Wait is done; nothing to do
@@ -325,70 +316,24 @@ func (c *Cmd) watch(ctx context.Context, user string) {
 	}
 	c.killErr = ctx.Err()
 	s := c.sb
-	var pid int
-	select {
-	case pid = <-c.pid:
-		c.pid <- pid
-	case <-c.killed: // the stream ended without a pid: nothing ran
-		return
-	case <-time.After(s.cfg.timeout):
-		// The engine can take seconds to start an exec on a loaded host, so
-		// a missing pid does not mean nothing will run; only give up on a
-		// command the engine has not started in all this time.
-		c.hijack.Close()
-		return
+	kctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+	_, err := c.proc.Kill(kctx)
+	cancel()
+	if err == nil {
+		// Every process is dead, so the output ends and the exit comes.
+		t := time.NewTimer(s.cfg.timeout)
+		defer t.Stop()
+		select {
+		case <-c.killed:
+			return
+		case <-t.C:
+			err = fmt.Errorf("the output did not end within %v of the kill", s.cfg.timeout)
+		}
 	}
-	if pid <= 0 { // not the wrapper's pid line: nothing to aim at
-		c.hijack.Close()
-		return
-	}
-	var err error
-	if user == s.cfg.user {
-		kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = s.sup.Kill(kctx, pid, c.mark)
-		cancel()
-	}
-	if user != s.cfg.user || err != nil {
-		// Another user's processes, or a supervisor that did not answer:
-		// a one-off exec as that user, with a budget of its own.
-		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = s.killByExec(kctx, user, pid, c.mark)
-		cancel()
-	}
-	if err != nil {
-		s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox.kill", slog.String("sandbox", s.id), slog.Int("pid", pid), slog.String("error", err.Error()))
-	}
-	// The tree is dead, so the stream ends; if something holds it open
-	// anyway (a process that escaped the sweep), stop reading after a grace.
-	select {
-	case <-c.killed:
-	case <-time.After(500 * time.Millisecond):
-		c.hijack.Close()
-	}
-}
-
-// killByExec kills a tree with a one-off exec, for commands run as another
-// user than the supervisor's or when the supervisor does not answer.
-func (s *Sandbox) killByExec(ctx context.Context, user string, pid int, mark string) error {
-	created, err := s.cli.ContainerExecCreate(ctx, s.id, container.ExecOptions{
-		User: user, Cmd: supervisor.KillCommand(pid, mark),
-	})
-	if err != nil {
-		return err
-	}
-	h, err := engine.Attach(ctx, s.cfg.timeout, func(ctx context.Context) (types.HijackedResponse, error) {
-		return s.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
-	})
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	defer context.AfterFunc(ctx, h.Close)() // a frozen engine never ends the stream
-	_, err = io.Copy(io.Discard, h.Reader)
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return err
+	c.stuck = err
+	s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox.kill", slog.String("sandbox", s.id),
+		slog.Int("pid", c.proc.PID), slog.String("error", err.Error()))
+	c.proc.Close() // ends the output streams: Wait goes on
 }
 
 // Wait waits for the command to exit and its output to be copied. It
@@ -403,14 +348,15 @@ func (c *Cmd) Wait() error {
 	}
 	c.finished = true
 	s := c.sb
+	if c.proc == nil { // Start failed
+		return errors.New("sandbox: the command did not start")
+	}
 	copyErr := <-c.copyDone
-	// The streams have ended; the process has exited or closed them. Poll
-	// for its status while the watcher can still kill it on timeout.
-	code, err := c.exitCode()
+	exit, err := c.exit()
 	close(c.killed)
 	<-c.watchDone
 	c.cancel()
-	c.hijack.Close()
+	c.proc.Close()
 	for _, cl := range c.closers {
 		cl.Close()
 	}
@@ -419,9 +365,13 @@ func (c *Cmd) Wait() error {
 	if err != nil {
 		return err
 	}
+	code := exit.Code
 	out.code = code
-	if out.killCause == nil && copyErr != nil && s.check() != nil {
-		return s.check()
+	if errors.Is(copyErr, agentconn.ErrGone) {
+		if err := s.check(); errors.Is(err, ErrClosed) {
+			return err
+		}
+		return s.initErr("exec", copyErr)
 	}
 	switch {
 	case out.killCause != nil:
@@ -432,12 +382,6 @@ func (c *Cmd) Wait() error {
 		var gone bool
 		if out.oom, gone = s.oomKilled(); gone {
 			return fmt.Errorf("%w: exec: %s ended while the command ran", ErrSandboxGone, shortID(s.id))
-		}
-	case code == 126 || code > 128:
-		// The runtime's "could not exec" (126) when the container stopped
-		// as the command started, or another signal: the same question.
-		if s.goneNow() {
-			return fmt.Errorf("%w: exec: %s ended as the command started", ErrSandboxGone, shortID(s.id))
 		}
 	}
 	out.timedOut = errors.Is(out.killCause, context.DeadlineExceeded)
@@ -452,45 +396,45 @@ func (c *Cmd) Wait() error {
 	return nil
 }
 
-// exitCode waits for the engine to record the exec's exit status. A
-// command that keeps running after closing its output is waited for as long
-// as it runs (its ExecTimeout and context still kill it); once the watcher
-// has killed it, the engine gets the sandbox's timeout to report the end
-// before Wait gives up with an error saying why (a paused container, an
+// exit waits for the agent to report the command's exit. A command that
+// keeps running after closing its output is waited for as long as it runs
+// (its ExecTimeout and context still kill it); if the kill could not take
+// effect, the agent gets the sandbox's timeout to report the end before
+// exit gives up with an error saying why (a paused container, an
 // unresponsive sandbox).
-func (c *Cmd) exitCode() (int, error) {
+func (c *Cmd) exit() (wire.Exit, error) {
 	s := c.sb
 	var giveUp <-chan time.Time
 	watchDone := c.watchDone
-	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
-		// After Close the client must not be used: a request would open a
-		// connection that nothing closes any more.
-		if err := s.check(); err != nil {
-			return 0, err
-		}
-		info, err := s.cli.ContainerExecInspect(context.Background(), c.execID)
-		if err != nil {
-			if err := s.check(); err != nil {
-				return 0, err
-			}
-			return 0, s.engineErr("exec inspect", err)
-		}
-		if !info.Running {
-			return info.ExitCode, nil
-		}
+	for {
 		select {
-		case <-watchDone: // the kill is over, yet the command runs
-			watchDone = nil
-			switch s.stateNow() {
-			case statePaused:
-				return 0, s.pausedErr("exec: the command could not be killed")
-			case stateGone:
-				return 0, fmt.Errorf("%w: exec: %s", ErrSandboxGone, shortID(s.id))
+		case <-c.proc.Exited():
+			return c.proc.Exit(), nil
+		case <-s.agent.Done():
+			select {
+			case <-c.proc.Exited():
+				return c.proc.Exit(), nil
+			default:
 			}
-			giveUp = time.After(s.cfg.timeout)
+			if err := s.check(); errors.Is(err, ErrClosed) {
+				return wire.Exit{}, err
+			}
+			return wire.Exit{}, s.initErr("exec", s.agent.Err())
+		case <-watchDone:
+			watchDone = nil
+			if c.stuck != nil {
+				switch s.stateNow() {
+				case statePaused:
+					return wire.Exit{}, s.pausedErr("exec: the command could not be killed")
+				case stateGone:
+					return wire.Exit{}, fmt.Errorf("%w: exec: %s", ErrSandboxGone, shortID(s.id))
+				}
+			}
+			t := time.NewTimer(s.cfg.timeout)
+			defer t.Stop()
+			giveUp = t.C
 		case <-giveUp:
-			return 0, fmt.Errorf("%w: exec: the engine still reports the command running %v after it was killed", ErrUnresponsive, s.cfg.timeout)
-		case <-time.After(delay):
+			return wire.Exit{}, fmt.Errorf("%w: exec: the command still runs %v after it was killed (%v)", ErrUnresponsive, s.cfg.timeout, c.stuck)
 		}
 	}
 }
@@ -501,17 +445,17 @@ func (c *Cmd) exitCode() (int, error) {
 func (s *Sandbox) oomKilled() (oom, gone bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	n, err := s.sup.OOMKills(ctx)
+	n, err := s.agent.OOMKills(ctx)
 	if err != nil {
-		return false, errors.Is(err, supervisor.ErrGone) || s.goneNow()
+		return false, errors.Is(err, agentconn.ErrGone) || s.goneNow()
 	}
 	if n < 0 {
 		return false, false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if n > s.oomSeen {
-		s.oomSeen = n
+	if int64(n) > s.oomSeen {
+		s.oomSeen = int64(n)
 		return true, false
 	}
 	return false, false
@@ -555,45 +499,6 @@ func (s *Sandbox) Exec(ctx context.Context, script string) (*Result, error) {
 		return r, fmt.Errorf("sandbox: exec: %w", context.Canceled)
 	}
 	return r, nil
-}
-
-// pidTaker takes the wrapper's first line (the pid) off stdout.
-type pidTaker struct {
-	w    io.Writer
-	pid  chan int
-	line []byte
-	done bool
-	n    *counter
-}
-
-func (p *pidTaker) Write(b []byte) (int, error) {
-	total := len(b)
-	if !p.done {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			if len(p.line)+len(b) > 32 { // not a pid line; give up
-				p.done = true
-				p.pid <- 0
-			} else {
-				p.line = append(p.line, b...)
-				return total, nil
-			}
-		} else {
-			p.line = append(p.line, b[:i]...)
-			b = b[i+1:]
-			p.done = true
-			pid, _ := strconv.Atoi(string(p.line))
-			p.pid <- pid
-		}
-	}
-	if len(b) == 0 {
-		return total, nil
-	}
-	p.n.add(len(b))
-	if _, err := p.w.Write(b); err != nil {
-		return 0, err
-	}
-	return total, nil
 }
 
 type counter struct {

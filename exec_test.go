@@ -80,20 +80,14 @@ func execProcs(t testing.TB, sb *sandbox.Sandbox) []execProc {
 }
 
 // execLeftovers returns the processes in the sandbox that are neither the
-// container's init (pid 1), the supervisor (the first child of pid 1), nor
-// the ps command that lists them (and the exec shell it runs under). In a
-// sandbox made with Limits{Lifetime: -1} the supervisor has no lifetime
-// sleep, so after a kill this must be empty.
+// sandbox's agent (pid 1) nor the ps command that lists them (and the shell
+// it runs under). After a kill this must be empty.
 func execLeftovers(ps []execProc) []execProc {
 	byPID := map[int]execProc{}
-	supervisor := 0
 	for _, p := range ps {
 		byPID[p.pid] = p
-		if p.ppid == 1 && (supervisor == 0 || p.pid < supervisor) {
-			supervisor = p.pid
-		}
 	}
-	ok := map[int]bool{1: true, supervisor: true}
+	ok := map[int]bool{1: true}
 	for _, p := range ps {
 		if p.comm != "ps" {
 			continue
@@ -118,8 +112,8 @@ func execLeftovers(ps []execProc) []execProc {
 	return left
 }
 
-// execWaitClean polls (the kernel and docker-init reap asynchronously) until
-// only the supervisor's processes remain, and fails the test if that does not
+// execWaitClean polls (the kernel and the agent reap asynchronously) until
+// only the agent remains, and fails the test if that does not
 // happen within testenv.HangGuard (a process that survived the kill stays
 // for good; one that is merely slow to be reaped goes within milliseconds
 // of getting CPU). It also fails if any sleep process exists at the end.
@@ -574,9 +568,8 @@ func execCancelAfterStart(t *testing.T, sb *sandbox.Sandbox, user, script string
 
 // TestExecKill checks that a kill (ExecTimeout, context deadline, context
 // cancel) ends the command and everything it started, makes Wait return,
-// and leaves the sandbox usable with nothing but the supervisor running.
-// Every sandbox here has no Lifetime, so the supervisor runs no sleep of its
-// own and any sleep process found afterwards is a survivor.
+// and leaves the sandbox usable with nothing but the agent running; any
+// sleep process found afterwards is a survivor.
 //
 // How long a kill takes depends on the machine's load (the engine alone can
 // take seconds to start an exec), so durations are reported with t.Logf and
@@ -767,8 +760,8 @@ wait`
 
 	t.Run("OtherUser", func(t *testing.T) {
 		t.Parallel()
-		// Commands of another user than the supervisor's are killed by a
-		// one-off exec as that user.
+		// Commands of another user than the sandbox's (here root, still
+		// without capabilities) are killed the same way.
 		sb := newSandbox(t, sandbox.WithLimits(noLifetime))
 		took, err := execCancelAfterStart(t, sb, "0",
 			"sleep 1000 & setsid sleep 1000 >/dev/null 2>&1 </dev/null & "+startedSleeps(2)+"; wait")
@@ -902,12 +895,14 @@ func TestExecForkBombKill(t *testing.T) {
 }
 
 // execPIDsSettled polls until the sandbox's PIDs controller counts exactly
-// the processes visible in /proc (nothing hidden or half-dead is left of a
-// kill), and fails the test if that does not happen within
-// testenv.HangGuard.
+// the tasks (threads, the agent's included) of the processes visible in
+// /proc (nothing hidden or half-dead is left of a kill), and fails the test
+// if that does not happen within testenv.HangGuard.
 func execPIDsSettled(t testing.TB, sb *sandbox.Sandbox) {
 	t.Helper()
-	const script = `n=0; for d in /proc/[0-9]*; do n=$((n + 1)); done
+	const script = `n=0; for d in /proc/[0-9]*; do
+	while read -r k v; do [ "$k" = Threads: ] && n=$((n + v)); done <$d/status 2>/dev/null
+done
 for f in /sys/fs/cgroup/pids/pids.current /sys/fs/cgroup/pids.current; do [ -r $f ] && { read -r c <$f; break; }; done
 echo "$n $c"`
 	deadline := time.Now().Add(testenv.HangGuard)
@@ -918,11 +913,11 @@ echo "$n $c"`
 			t.Fatalf("counting processes: %+v", r)
 		}
 		if procs == tasks {
-			t.Logf("pids.current = %d = processes in /proc", tasks)
+			t.Logf("pids.current = %d = tasks of the processes in /proc", tasks)
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pids.current = %d but %d processes in /proc, %v after the kill", tasks, procs, testenv.HangGuard)
+			t.Fatalf("pids.current = %d but %d tasks of the processes in /proc, %v after the kill", tasks, procs, testenv.HangGuard)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

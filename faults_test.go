@@ -364,7 +364,7 @@ type fileOp struct {
 }
 
 var faultOps = []fileOp{
-	{name: "Exec", method: "POST", suffix: "/exec", call: func(ctx context.Context, sb *sandbox.Sandbox) error {
+	{name: "Exec", call: func(ctx context.Context, sb *sandbox.Sandbox) error {
 		r, err := sb.Exec(ctx, "echo hi")
 		if err == nil {
 			return fmt.Errorf("no error, exit code %d, stdout %q (%w)", r.ExitCode, r.Stdout, errNoError)
@@ -378,7 +378,7 @@ var faultOps = []fileOp{
 		_, err := sb.ReadFile(ctx, "f")
 		return err
 	}},
-	{name: "ReadDir", method: "POST", suffix: "/exec", call: func(ctx context.Context, sb *sandbox.Sandbox) error {
+	{name: "ReadDir", call: func(ctx context.Context, sb *sandbox.Sandbox) error {
 		_, err := sb.ReadDir(ctx, ".")
 		return err
 	}},
@@ -429,6 +429,12 @@ func TestFaultContainerBehindOurBack(t *testing.T) {
 			for _, when := range []string{"before", "during"} {
 				if f.name == "pause" && op.name == "Snapshot/copying" {
 					continue // the snapshot itself pauses the container there
+				}
+				if when == "during" && op.method == "" {
+					// No engine request: commands go to the sandbox's agent
+					// over its attach stream (TestFaultContainerDuringExec
+					// and TestFaultPausedExec fault a running command).
+					continue
 				}
 				t.Run(f.name+"/"+op.name+"/"+when, func(t *testing.T) {
 					faultCase(t, cli, p, f, op, when)

@@ -189,8 +189,7 @@ print("survived")
 func TestLimitsPIDsForkBomb(t *testing.T) {
 	t.Parallel()
 	const pids = 64
-	// No Lifetime: no timer process of the supervisor's, so that after the
-	// kill nothing but the supervisor and init may run (execWaitClean).
+	// After the kill nothing but the agent may run (execWaitClean).
 	sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{PIDs: pids, CPUs: 0.5, Lifetime: -1, ExecTimeout: -1}))
 
 	// The bomb runs in the background: awks that loop forever re-forking,
@@ -274,8 +273,8 @@ done
 	}
 
 	// Everything the bomb started is gone: neither ps nor the PIDs
-	// controller sees anything but init, the supervisor and the command
-	// looking; and the sandbox answers.
+	// controller sees anything but the agent and the command looking; and
+	// the sandbox answers.
 	execWaitClean(t, sb)
 	execPIDsSettled(t, sb)
 	assertAlive(t, sb)

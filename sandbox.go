@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -26,12 +27,13 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/agentsandbox/sandbox/internal/agentconn"
 	"github.com/agentsandbox/sandbox/internal/disk"
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/firewall"
 	"github.com/agentsandbox/sandbox/internal/leftover"
-	"github.com/agentsandbox/sandbox/internal/supervisor"
 )
 
 // DefaultImage is the image used when WithImage is not given.
@@ -58,8 +60,9 @@ type Sandbox struct {
 	uid    int
 	gid    int
 	log    *slog.Logger
-	sup    *supervisor.Conn
+	agent  *agentconn.Conn // the agent, the container's main process
 	attach types.HijackedResponse
+	stderr *tail        // the last of the agent's stderr, for errors
 	volume string       // the workdir volume
 	base   string       // the image the sandbox (or the snapshot it came from) was made from
 	snap   *Snapshot    // the snapshot it was restored from, if any
@@ -428,12 +431,15 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 	if l.Lifetime > 0 {
 		lifetime = int64((l.Lifetime + time.Second - 1) / time.Second)
 	}
-	init := true
+	agentVol, err := s.agentVolume(ctx)
+	if err != nil {
+		return err
+	}
 	cc := &container.Config{
 		Image:        s.cfg.image,
-		Entrypoint:   supervisor.Entrypoint(lifetime),
+		Entrypoint:   []string{agentDir + "/agent", fmt.Sprintf("-lifetime=%ds", lifetime)},
 		Cmd:          nil,
-		User:         s.cfg.user,
+		User:         "0:0", // the agent; commands run as s.cfg.user
 		WorkingDir:   s.cfg.workdir,
 		Env:          append(s.baseEnv(), netEnv...),
 		Labels:       engine.Labels("sandbox", s.cfg.labels),
@@ -446,10 +452,10 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 	}
 	hc := &container.HostConfig{
 		AutoRemove:     true,
-		Init:           &init,
 		NetworkMode:    "none",
 		DNS:            dns,
 		CapDrop:        []string{"ALL"},
+		CapAdd:         agentCaps,
 		SecurityOpt:    []string{"no-new-privileges:true"},
 		ReadonlyRootfs: true,
 		LogConfig:      container.LogConfig{Type: "none"},
@@ -458,6 +464,9 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 			l.TmpSize, s.uid, s.gid)},
 		Mounts: []mount.Mount{{
 			Type: mount.TypeVolume, Source: s.volume, Target: s.cfg.workdir,
+			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
+		}, {
+			Type: mount.TypeVolume, Source: agentVol, Target: agentDir, ReadOnly: true,
 			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
 		}},
 	}
@@ -498,15 +507,26 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 	}); err != nil {
 		return s.engineErr("attach", err)
 	}
-	s.sup = supervisor.Start(stdinCloser{s.attach}, s.attach.Reader, s.cfg.timeout)
+	// The attach stream multiplexes the agent's stdout (frames) and
+	// stderr (its complaints, kept for errors).
+	pr, pw := io.Pipe()
+	s.stderr = &tail{}
+	go func() {
+		_, err := stdcopy.StdCopy(pw, s.stderr, s.attach.Reader)
+		pw.CloseWithError(err)
+	}()
+	s.agent = agentconn.Start(agentStream{s.attach}, pr, s.cfg.timeout)
 	if err := s.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
 		return s.engineErr("start container", err)
 	}
-	n, err := s.sup.OOMKills(ctx)
-	if err != nil {
-		return s.initErr(fmt.Sprintf("the container's init did not start (does %s have /bin/sh and sleep?)", s.cfg.image), err)
+	if _, err := s.agent.Ready(ctx); err != nil {
+		return s.initErr("the sandbox's agent did not start"+s.stderr.say(), err)
 	}
-	s.oomSeen = n
+	n, err := s.agent.OOMKills(ctx)
+	if err != nil {
+		return s.initErr("the sandbox's agent did not answer", err)
+	}
+	s.oomSeen = int64(n)
 	return nil
 }
 
@@ -531,11 +551,38 @@ func (s *Sandbox) copyFrom(ctx context.Context, id, p string) (io.ReadCloser, er
 	return engine.IdleBounded(rc, s.cfg.timeout), nil
 }
 
-// stdinCloser writes to an attach stream and closes only its write half.
-type stdinCloser struct{ h types.HijackedResponse }
+// agentStream is the write side of the attach stream, to the agent.
+type agentStream struct{ h types.HijackedResponse }
 
-func (w stdinCloser) Write(p []byte) (int, error) { return w.h.Conn.Write(p) }
-func (w stdinCloser) Close() error                { return w.h.CloseWrite() }
+func (w agentStream) Write(p []byte) (int, error)        { return w.h.Conn.Write(p) }
+func (w agentStream) SetWriteDeadline(t time.Time) error { return w.h.Conn.SetWriteDeadline(t) }
+func (w agentStream) CloseWrite() error                  { return w.h.CloseWrite() }
+
+// tail keeps the last 4 KiB written to it.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 4096 {
+		t.buf = append([]byte(nil), t.buf[len(t.buf)-4096:]...)
+	}
+	return len(p), nil
+}
+
+// say returns ` (it said: "...")` with what was written, or "".
+func (t *tail) say() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.buf) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (it said: %q)", bytes.TrimSpace(t.buf))
+}
 
 // ID returns the sandbox's container ID.
 func (s *Sandbox) ID() string {
@@ -554,7 +601,7 @@ func (s *Sandbox) check() error {
 		return ErrClosed
 	}
 	select {
-	case <-s.sup.Done():
+	case <-s.agent.Done():
 		return fmt.Errorf("%w: %s stopped (removed or killed outside the library, or its Lifetime ended)", ErrSandboxGone, shortID(s.id))
 	default:
 		return nil
@@ -592,9 +639,9 @@ func (s *Sandbox) initErr(op string, err error) error {
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("sandbox: %s: %w", op, err)
-	case errors.Is(err, supervisor.ErrGone):
+	case errors.Is(err, agentconn.ErrGone):
 		return fmt.Errorf("%w: %s: %s stopped (removed or killed outside the library, or its Lifetime ended)", ErrSandboxGone, op, shortID(s.id))
-	case errors.Is(err, supervisor.ErrNoAnswer):
+	case errors.Is(err, agentconn.ErrNoAnswer):
 		switch s.stateNow() {
 		case stateGone:
 			return fmt.Errorf("%w: %s: %s: %v", ErrSandboxGone, op, shortID(s.id), err)
@@ -673,8 +720,8 @@ func (s *Sandbox) teardown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var errs []error
-	if s.sup != nil {
-		s.sup.Close()
+	if s.agent != nil {
+		s.agent.Close()
 	}
 	// Without an ID the create may still have happened: remove by name.
 	if target := cmp.Or(s.id, s.name); target != "" {
@@ -686,7 +733,7 @@ func (s *Sandbox) teardown() error {
 	}
 	if s.attach.Conn != nil {
 		s.attach.Close()
-		<-s.sup.Done()
+		<-s.agent.Done()
 	}
 	if err := s.closeNetwork(ctx); err != nil {
 		errs = append(errs, err)

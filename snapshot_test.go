@@ -332,7 +332,7 @@ func TestSnapshotSettingsAndHardening(t *testing.T) {
 		}
 		return hardening{
 			h.CapDrop, h.CapAdd, h.SecurityOpt, h.MaskedPaths, h.ReadonlyPaths, h.ReadonlyRootfs, h.Privileged,
-			string(h.NetworkMode), string(h.IpcMode), string(h.PidMode), string(h.UsernsMode), h.Runtime, *h.Init,
+			string(h.NetworkMode), string(h.IpcMode), string(h.PidMode), string(h.UsernsMode), h.Runtime, h.Init != nil && *h.Init,
 			h.Memory, h.MemorySwap, h.NanoCPUs, *h.PidsLimit, fmt.Sprint(h.Ulimits), h.Tmpfs, h.Binds, len(h.Devices),
 			i.Config.User, i.Config.WorkingDir, i.Config.Env, fmt.Sprint(labels),
 		}

@@ -1,0 +1,141 @@
+package sandbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/agentsandbox/sandbox"
+)
+
+// The sandbox's agent (PID 1) is out of reach of the code it runs: its file
+// descriptors (the library's stream), environment and memory cannot be
+// opened, it cannot be signalled, stopped or killed, and what it runs has no
+// capabilities at all, whatever the user. Root in the sandbox may send
+// signals to PID 1 without an error, but the kernel delivers to a PID
+// namespace's init only the signals it handles, and the agent drops those:
+// it must still answer, and must not be stopped.
+func TestAgentUntouchable(t *testing.T) {
+	t.Parallel()
+	sb := newSandbox(t)
+	const opens = `
+for f in /proc/1/fd/0 /proc/1/fd/1 /proc/1/fd/2 /proc/1/environ /proc/1/mem /proc/1/root/; do
+	( : <$f ) 2>/dev/null && echo "opened $f"
+done
+( : >/proc/1/fd/0 ) 2>/dev/null && echo "opened the agent's stdin for writing"
+echo done`
+	const signals = `
+for s in STOP KILL TERM INT QUIT HUP USR1 USR2 PIPE ALRM TSTP; do
+	kill -$s 1 2>/dev/null && echo "sent $s"
+done
+echo done`
+	for _, user := range []string{"", "0", "1234:1234"} {
+		run := func(script string) string {
+			c := sb.Command(testCtx(t), "sh", "-c", script)
+			c.User = user
+			out, err := c.CombinedOutput()
+			if err != nil {
+				t.Fatalf("as user %q: %q: %v", user, out, err)
+			}
+			return string(out)
+		}
+		if out := run(opens); out != "done\n" {
+			t.Errorf("as user %q: the agent's files: %q; want only \"done\"", user, out)
+		}
+		out := run(signals)
+		if user != "0" && out != "done\n" {
+			t.Errorf("as user %q: signals to the agent: %q; want all refused", user, out)
+		}
+		if st := run("grep State: /proc/1/status"); !strings.Contains(st, "S (sleeping)") && !strings.Contains(st, "R (running)") {
+			t.Errorf("as user %q, after signals (%q): the agent is %q", user, out, st)
+		}
+		assertAlive(t, sb)
+		out = run(`grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs)' /proc/self/status`)
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			v = strings.TrimSpace(v)
+			if (k == "NoNewPrivs" && v != "1") || (k != "NoNewPrivs" && v != "0000000000000000") {
+				t.Errorf("as user %q: %s = %s", user, k, v)
+			}
+		}
+		if n := strings.Count(out, "\n"); n != 6 {
+			t.Errorf("as user %q: %d capability lines: %q", user, n, out)
+		}
+	}
+}
+
+// Processes that try to get away from a kill — a new session and a cleared
+// environment after a double fork; one that keeps starting itself anew
+// under new PIDs and sessions; one that makes itself non-dumpable — all die
+// with the command, and Wait returns. A background process another command
+// left running (after it exited normally) survives, and so does a command
+// still running beside the killed one.
+func TestAgentKillEscapes(t *testing.T) {
+	t.Parallel()
+	sb := newPython(t, sandbox.WithLimits(sandbox.Limits{Lifetime: -1, ExecTimeout: -1}))
+	ctx := testCtx(t)
+
+	// Left behind by a command that exited normally: must survive.
+	if r := execWant(t, sb, "setsid sleep 2001 >/dev/null 2>&1 </dev/null & echo ok", 0); r.Stdout != "ok\n" {
+		t.Fatalf("background service: %+v", r)
+	}
+	// A command running beside the killed one: must survive.
+	beside := sb.Command(ctx, "sh", "-c", "sleep 2002 & wait")
+	if err := beside.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Readiness is told by files: the script's own text names the
+	// processes, so looking for them would find the script itself.
+	const escapes = `
+( setsid env -i sh -c ': >/tmp/a.ready; exec sleep 3001' >/dev/null 2>&1 </dev/null & )
+cat >/tmp/hop.sh <<'EOF2'
+: >/tmp/hop.ready
+setsid sh /tmp/hop.sh >/dev/null 2>&1 </dev/null &
+exec sleep 0.2
+EOF2
+( setsid sh /tmp/hop.sh >/dev/null 2>&1 </dev/null & )
+( python3 -c '
+import ctypes, os, time
+ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+os.setsid()
+if os.fork() == 0:
+    open("/tmp/py.ready", "w").close()
+    time.sleep(3002)
+' >/dev/null 2>&1 </dev/null & )
+until [ -e /tmp/a.ready ] && [ -e /tmp/hop.ready ] && [ -e /tmp/py.ready ]; do :; done
+echo started
+sleep 3003`
+	took, err := execCancelAfterStart(t, sb, "", escapes)
+	var ee *sandbox.ExitError
+	if !errors.Is(err, context.Canceled) || !errors.As(err, &ee) || ee.Code != 137 {
+		t.Fatalf("Wait after the cancel: %v; want *ExitError 137 matching context.Canceled", err)
+	}
+	t.Logf("Wait returned %v after the cancel", took)
+
+	// Nothing of the killed command is left, now or a moment later (the
+	// hopper would have started a new generation within 0.2 s).
+	for i := range 3 {
+		r := execWant(t, sb, "sleep 0.3; ps -eo pid,args", 0)
+		for _, gone := range []string{"sleep 3001", "hop.sh", "sleep 0.2", "time.sleep", "sleep 3003"} {
+			if strings.Contains(r.Stdout, gone) {
+				t.Errorf("check %d: %q survived the kill:\n%s", i, gone, r.Stdout)
+			}
+		}
+		for _, alive := range []string{"sleep 2001", "sleep 2002"} {
+			if !strings.Contains(r.Stdout, alive) {
+				t.Errorf("check %d: %q (not the killed command's) was killed too:\n%s", i, alive, r.Stdout)
+			}
+		}
+	}
+	cancelBeside(t, sb, beside)
+}
+
+// cancelBeside ends a command started beside a test's own.
+func cancelBeside(t *testing.T, sb *sandbox.Sandbox, c *sandbox.Cmd) {
+	t.Helper()
+	execWant(t, sb, "pkill -f 'sleep 200[2]'; true", 0)
+	if err := c.Wait(); err != nil {
+		t.Logf("the command beside: %v", err)
+	}
+}
