@@ -16,8 +16,9 @@ import (
 //     exceeds it the kernel's OOM killer ends a process inside, and Exec
 //     reports OOMKilled. Files in /tmp (a tmpfs) count towards it.
 //   - PIDs: the container's pids cgroup; a fork bomb stops at this many
-//     processes and threads. The library keeps one process of its own inside
-//     so that it can still kill commands when the limit is reached.
+//     processes and threads. The library's agent inside counts too: about a
+//     dozen threads, started before any command runs, so that it can still
+//     kill commands when the limit is reached (the minimum is 16).
 //   - Disk: the working directory is an ext4 filesystem of this size,
 //     created by the library as a loop-mounted image and mounted as a Docker
 //     volume; writing past it fails with ENOSPC inside the sandbox. The root
@@ -95,8 +96,8 @@ func (l Limits) validate() error {
 	switch {
 	case l.Memory > 0 && l.Memory < 6<<20:
 		return fmt.Errorf("sandbox: Limits.Memory %d is below the engine's minimum of 6 MiB", l.Memory)
-	case l.PIDs > 0 && l.PIDs < 8:
-		return fmt.Errorf("sandbox: Limits.PIDs %d leaves no room for the sandbox's own processes (minimum 8)", l.PIDs)
+	case l.PIDs > 0 && l.PIDs < 16:
+		return fmt.Errorf("sandbox: Limits.PIDs %d leaves no room for the sandbox's agent and commands (minimum 16)", l.PIDs)
 	case l.Lifetime > 0 && l.Lifetime < time.Second:
 		return fmt.Errorf("sandbox: Limits.Lifetime %v is shorter than one second", l.Lifetime)
 	case l.TmpSize < 0:

@@ -1108,3 +1108,32 @@ func TestLimitsDiskUnlimited(t *testing.T) {
 		t.Fatalf("ReadFile = %q, %v", got, err)
 	}
 }
+
+// At the smallest PIDs limit allowed, the agent's own threads (started
+// before any command) leave it able to run a command, kill a fork bomb that
+// took every slot left, and run commands again.
+func TestLimitsPIDsMinimum(t *testing.T) {
+	t.Parallel()
+	sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{PIDs: 16, Lifetime: -1, ExecTimeout: -1}))
+	assertAlive(t, sb)
+	ctx, expire := testenv.ManualDeadline(testCtx(t))
+	c := sb.Command(ctx, "sh", "-c", execBombScript)
+	stdout, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if line != "saturated\n" {
+		t.Fatalf("the bomb never filled the limit: %q, %v", line, err)
+	}
+	expire()
+	var ee *sandbox.ExitError
+	if err := c.Wait(); !errors.As(err, &ee) || ee.Code != 137 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait after the kill: %v; want exit 137 matching DeadlineExceeded", err)
+	}
+	execWaitClean(t, sb)
+	assertAlive(t, sb)
+}

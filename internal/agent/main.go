@@ -64,7 +64,8 @@ func main() {
 		for range drop {
 		}
 	}()
-	prewarmThreads(8)
+	runtime.GOMAXPROCS(2)
+	prewarmThreads(6)
 	debug.SetMemoryLimit(64 << 20)
 	if *lifetime > 0 {
 		time.AfterFunc(*lifetime, func() { os.Exit(0) })
