@@ -135,6 +135,9 @@ func (c *Cmd) Run() error {
 // wraps ErrOutputTruncated. Standard error, if not redirected, is kept (as
 // much) in the *ExitError.
 func (c *Cmd) Output() ([]byte, error) {
+	if c.sb == nil {
+		return nil, errNoSandbox
+	}
 	if c.Stdout != nil {
 		return nil, errors.New("sandbox: Stdout already set")
 	}
@@ -160,6 +163,9 @@ func (c *Cmd) Output() ([]byte, error) {
 // CombinedOutput runs the command and returns standard output and standard
 // error interleaved, at most Limits.OutputBytes of it (see Output).
 func (c *Cmd) CombinedOutput() ([]byte, error) {
+	if c.sb == nil {
+		return nil, errNoSandbox
+	}
 	if c.Stdout != nil || c.Stderr != nil {
 		return nil, errors.New("sandbox: Stdout or Stderr already set")
 	}
@@ -208,8 +214,14 @@ func (c *Cmd) StderrPipe() (io.ReadCloser, error) {
 	return pr, nil
 }
 
+// errNoSandbox is the error of a Cmd that Sandbox.Command did not make.
+var errNoSandbox = errors.New("sandbox: Cmd not made by Sandbox.Command")
+
 // Start starts the command and returns without waiting for it.
 func (c *Cmd) Start() error {
+	if c.sb == nil {
+		return errNoSandbox
+	}
 	if c.err != nil {
 		return c.err
 	}

@@ -1255,3 +1255,43 @@ func TestExecClose(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+// A Cmd follows os/exec's rules: one that Sandbox.Command did not make
+// gives an error, not a panic; Wait after a failed Start returns an error
+// at once.
+func TestCmdStateMachine(t *testing.T) {
+	t.Parallel()
+	for _, c := range []*sandbox.Cmd{{}, {Args: []string{"echo", "hi"}}} {
+		if err := c.Run(); err == nil {
+			t.Errorf("Run of %+v succeeded", c.Args)
+		}
+		if _, err := c.Output(); err == nil {
+			t.Errorf("Output of %+v succeeded", c.Args)
+		}
+		if _, err := c.CombinedOutput(); err == nil {
+			t.Errorf("CombinedOutput of %+v succeeded", c.Args)
+		}
+		if err := c.Wait(); err == nil {
+			t.Errorf("Wait of %+v succeeded", c.Args)
+		}
+	}
+	sb := newSandbox(t)
+	for _, c := range []*sandbox.Cmd{
+		sb.Command(testCtx(t), ""), // refused by Start
+		func() *sandbox.Cmd { c := sb.Command(testCtx(t), "true"); c.Dir = "/nonexistent"; return c }(), // refused by the agent
+	} {
+		if err := c.Start(); err == nil {
+			t.Fatalf("Start of %q in %q succeeded", c.Args, c.Dir)
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.Wait() }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("Wait after a failed Start of %q succeeded", c.Args)
+			}
+		case <-time.After(testenv.HangGuard):
+			t.Fatalf("Wait after a failed Start of %q did not return", c.Args)
+		}
+	}
+}
