@@ -214,3 +214,23 @@ func TestStdinCredit(t *testing.T) {
 		t.Errorf("Write after Close: %v", err)
 	}
 }
+
+// An answer that comes back before the requester waits for it is kept: the
+// request's channel is registered, with room for its answer, before the
+// request is written. (The readiness hang of the shell supervisor this
+// replaced was such an answer, dropped.)
+func TestAnswerBeforeWait(t *testing.T) {
+	c, f := start(t, 5*time.Second)
+	go func() {
+		for fr := range f.frames {
+			if fr.Kind == wire.Ping {
+				f.w.Write(wire.Pong, fr.Channel, nil)
+			}
+		}
+	}()
+	for i := range 2000 {
+		if err := c.Ping(context.Background()); err != nil {
+			t.Fatalf("ping %d: %v", i, err)
+		}
+	}
+}
