@@ -1295,3 +1295,29 @@ func TestCmdStateMachine(t *testing.T) {
 		}
 	}
 }
+
+// Stdin written a byte at a time (many tiny frames to the agent) arrives
+// whole, and its end reaches the command.
+func TestCmdStdinSmallWrites(t *testing.T) {
+	t.Parallel()
+	sb := newSandbox(t)
+	c := sb.Command(testCtx(t), "wc", "-c")
+	w, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	c.Stdout = &out
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for range 20000 {
+		if _, err := w.Write([]byte{'x'}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	if err := c.Wait(); err != nil || strings.TrimSpace(out.String()) != "20000" {
+		t.Errorf("wc -c of 20000 single-byte writes: %q, %v", out.String(), err)
+	}
+}

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,8 +37,8 @@ type proc struct {
 	ch    uint32
 	pid   int
 	tag   uint32
-	stdin chan []byte // nil without stdin; closed by CloseStdin
-	out   *window     // output credit granted by the library
+	stdin *inbox  // nil without stdin; set before the command is known
+	out   *window // output credit granted by the library
 
 	mu      sync.Mutex
 	streams int // output streams not yet at their end
@@ -92,9 +93,9 @@ func (a *agent) serve(r io.Reader) {
 				continue
 			}
 			if f.Kind == wire.CloseStdin {
-				p.closeStdin()
+				p.stdin.close()
 			} else {
-				p.feed(f.Data)
+				p.stdin.feed(f.Data)
 			}
 		case wire.Ack:
 			if n, err := wire.Count(f.Data); err == nil {
@@ -119,6 +120,9 @@ func (a *agent) start(ch uint32, req wire.ExecRequest) {
 		return
 	}
 	p := &proc{ch: ch, out: newWindow(wire.Window), streams: 2}
+	if req.Stdin {
+		p.stdin = newInbox()
+	}
 	uid, gid, err := resolveUser(req.User)
 	if err != nil {
 		a.fail(ch, fmt.Errorf("agent: %w", err))
@@ -205,43 +209,22 @@ func (a *agent) start(ch uint32, req wire.ExecRequest) {
 	}
 	a.sendJSON(wire.Started, ch, wire.Start{PID: p.pid})
 	if stdinW != nil {
-		p.stdin = make(chan []byte, wire.Window/wire.MaxData+4)
 		go a.writeStdin(p, stdinW)
 	}
 	go a.pump(p, stdoutR, wire.Stdout)
 	go a.pump(p, stderrR, wire.Stderr)
 }
 
-// feed queues stdin bytes. The library sends no more than a window ahead
-// of the agent's acknowledgements, so the queue never fills; if it did,
-// the bytes would be dropped rather than block every channel.
-func (p *proc) feed(b []byte) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.stdin == nil {
-		return
-	}
-	select {
-	case p.stdin <- b:
-	default:
-	}
-}
-
-func (p *proc) closeStdin() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.stdin != nil {
-		close(p.stdin)
-		p.stdin = nil
-	}
-}
-
-// writeStdin writes queued bytes to the command's stdin and acknowledges
-// them. A command that exits or closes its stdin ends the writing; the
-// rest is acknowledged and dropped.
+// writeStdin writes the command's stdin as it arrives and acknowledges
+// it. A command that exits or closes its stdin ends the writing; the rest
+// is acknowledged and dropped.
 func (a *agent) writeStdin(p *proc, w *os.File) {
 	broken := false
-	for b := range p.stdin {
+	for {
+		b, ok := p.stdin.next()
+		if !ok {
+			break
+		}
 		if !broken {
 			if _, err := w.Write(b); err != nil {
 				broken = true
@@ -249,7 +232,7 @@ func (a *agent) writeStdin(p *proc, w *os.File) {
 			}
 		}
 		var n [4]byte
-		n[0], n[1], n[2], n[3] = byte(len(b)>>24), byte(len(b)>>16), byte(len(b)>>8), byte(len(b))
+		binary.BigEndian.PutUint32(n[:], uint32(len(b)))
 		a.send(wire.Ack, p.ch, n[:])
 	}
 	if !broken {
@@ -286,9 +269,12 @@ func (a *agent) pump(p *proc, r *os.File, kind wire.Kind) {
 // forget drops a command whose process was reaped and whose output ended.
 func (a *agent) forget(p *proc) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.byChan[p.ch] == p {
 		delete(a.byChan, p.ch)
+	}
+	a.mu.Unlock()
+	if p.stdin != nil {
+		p.stdin.close() // ends writeStdin if the library never closed it
 	}
 }
 

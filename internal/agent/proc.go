@@ -47,6 +47,55 @@ func (w *window) give(n int) {
 	w.cond.Broadcast()
 }
 
+// inbox is a command's stdin bytes on their way to it. Its size is bounded
+// by the library's window of unacknowledged stdin, not by a count of
+// frames (a writer of single bytes sends many small ones).
+type inbox struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	q      [][]byte
+	closed bool
+}
+
+func newInbox() *inbox {
+	b := &inbox{}
+	b.cond = sync.NewCond(&b.mu)
+	return b
+}
+
+func (b *inbox) feed(p []byte) {
+	b.mu.Lock()
+	if !b.closed {
+		b.q = append(b.q, p)
+	}
+	b.mu.Unlock()
+	b.cond.Signal()
+}
+
+func (b *inbox) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.cond.Signal()
+}
+
+// next returns the next bytes, waiting for them; false once closed and
+// drained.
+func (b *inbox) next() ([]byte, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for len(b.q) == 0 && !b.closed {
+		b.cond.Wait()
+	}
+	if len(b.q) == 0 {
+		return nil, false
+	}
+	p := b.q[0]
+	b.q[0] = nil
+	b.q = b.q[1:]
+	return p, true
+}
+
 // maxRounds bounds a kill's scans of /proc. Every round kills every tagged
 // process it sees, and a killed process forks no more, so a kill ends in
 // a few rounds even against a fork bomb; the bound is a guard.

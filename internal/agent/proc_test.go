@@ -49,3 +49,28 @@ func TestLookPath(t *testing.T) {
 		t.Error("lookPath(/etc/passwd) succeeded: not executable")
 	}
 }
+
+// Stdin arriving in many tiny frames is all kept, in order.
+func TestInbox(t *testing.T) {
+	b := newInbox()
+	go func() {
+		for i := range 100000 {
+			b.feed([]byte{byte(i)})
+		}
+		b.close()
+	}()
+	n := 0
+	for {
+		p, ok := b.next()
+		if !ok {
+			break
+		}
+		if p[0] != byte(n) {
+			t.Fatalf("byte %d is %d", n, p[0])
+		}
+		n++
+	}
+	if n != 100000 {
+		t.Errorf("%d bytes, want 100000", n)
+	}
+}
