@@ -53,6 +53,10 @@ type Cmd struct {
 	Stdout io.Writer
 	Stderr io.Writer
 
+	// ProcessState describes the finished command; Wait sets it when the
+	// command ran to its end (nil if the sandbox or engine failed).
+	ProcessState *ProcessState
+
 	ctx       context.Context
 	sb        *Sandbox
 	err       error // from Command
@@ -69,16 +73,48 @@ type Cmd struct {
 	start     time.Time
 	stdoutN   counter
 	stderrN   counter
-	result    *execOutcome
 }
 
-// execOutcome is what Wait learnt about the finished command.
-type execOutcome struct {
+// ProcessState describes a finished command, as os.ProcessState does for a
+// local one.
+type ProcessState struct {
 	code      int
 	oom       bool
-	timedOut  bool
 	duration  time.Duration
 	killCause error
+}
+
+// ExitCode returns the exit status: 128+N for a command ended by signal N
+// (137 after a kill).
+func (p *ProcessState) ExitCode() int { return p.code }
+
+// Success reports whether the command exited with status 0.
+func (p *ProcessState) Success() bool { return p.code == 0 && p.killCause == nil }
+
+// Duration returns how long the command ran, from Start to its end.
+func (p *ProcessState) Duration() time.Duration { return p.duration }
+
+// OOMKilled reports whether the kernel's OOM killer ended the command.
+func (p *ProcessState) OOMKilled() bool { return p.oom }
+
+// TimedOut reports whether the command was killed because its context's
+// deadline or Limits.ExecTimeout passed.
+func (p *ProcessState) TimedOut() bool { return errors.Is(p.killCause, context.DeadlineExceeded) }
+
+// Killed reports whether the library killed the command because its
+// context ended (TimedOut, or cancelled).
+func (p *ProcessState) Killed() bool { return p.killCause != nil }
+
+func (p *ProcessState) String() string {
+	switch {
+	case p.TimedOut():
+		return fmt.Sprintf("timed out after %v: exit status %d", p.duration, p.code)
+	case p.killCause != nil:
+		return fmt.Sprintf("killed (%v) after %v: exit status %d", p.killCause, p.duration, p.code)
+	case p.oom:
+		return fmt.Sprintf("OOM-killed after %v: exit status %d", p.duration, p.code)
+	}
+	return fmt.Sprintf("exit status %d after %v", p.code, p.duration)
 }
 
 // ExitError reports a command that ran and did not exit successfully.
@@ -372,8 +408,7 @@ func (c *Cmd) Wait() error {
 	for _, cl := range c.closers {
 		cl.Close()
 	}
-	out := &execOutcome{duration: time.Since(c.start), killCause: c.killErr}
-	c.result = out
+	out := &ProcessState{duration: time.Since(c.start), killCause: c.killErr}
 	if err != nil {
 		return err
 	}
@@ -396,12 +431,12 @@ func (c *Cmd) Wait() error {
 			return fmt.Errorf("%w: exec: %s ended while the command ran", ErrSandboxGone, shortID(s.id))
 		}
 	}
-	out.timedOut = errors.Is(out.killCause, context.DeadlineExceeded)
+	c.ProcessState = out
 	s.log.LogAttrs(c.ctx, slog.LevelInfo, "sandbox.exec",
 		slog.String("sandbox", s.id), slog.Any("args", c.Args), slog.String("user", c.User),
 		slog.String("dir", c.Dir), slog.Int("exit_code", code), slog.Duration("duration", out.duration),
 		slog.Int64("stdout_bytes", c.stdoutN.n), slog.Int64("stderr_bytes", c.stderrN.n),
-		slog.Bool("timed_out", out.timedOut), slog.Bool("killed", out.killCause != nil), slog.Bool("oom_killed", out.oom))
+		slog.Bool("timed_out", out.TimedOut()), slog.Bool("killed", out.Killed()), slog.Bool("oom_killed", out.oom))
 	if code != 0 || out.killCause != nil {
 		return &ExitError{Code: code, OOMKilled: out.oom, cause: out.killCause}
 	}
@@ -498,16 +533,17 @@ func (s *Sandbox) Exec(ctx context.Context, script string) (*Result, error) {
 	if err != nil && !errors.As(err, &ee) {
 		return nil, err
 	}
+	ps := c.ProcessState
 	r := &Result{
 		Stdout:    stdout.String(),
 		Stderr:    stderr.String(),
-		ExitCode:  c.result.code,
-		Duration:  c.result.duration,
-		TimedOut:  c.result.timedOut,
+		ExitCode:  ps.ExitCode(),
+		Duration:  ps.Duration(),
+		TimedOut:  ps.TimedOut(),
 		Truncated: stdout.truncated || stderr.truncated,
-		OOMKilled: c.result.oom,
+		OOMKilled: ps.OOMKilled(),
 	}
-	if errors.Is(c.result.killCause, context.Canceled) {
+	if errors.Is(ps.killCause, context.Canceled) {
 		return r, fmt.Errorf("sandbox: exec: %w", context.Canceled)
 	}
 	return r, nil

@@ -1321,3 +1321,38 @@ func TestCmdStdinSmallWrites(t *testing.T) {
 		t.Errorf("wc -c of 20000 single-byte writes: %q, %v", out.String(), err)
 	}
 }
+
+// After Wait, the Cmd's ProcessState says how the command ended.
+func TestCmdProcessState(t *testing.T) {
+	t.Parallel()
+	sb := newSandbox(t)
+	c := sb.Command(testCtx(t), "sh", "-c", "exit 3")
+	if c.ProcessState != nil {
+		t.Fatal("ProcessState before Run")
+	}
+	if err := c.Run(); err == nil {
+		t.Fatal("exit 3 gave no error")
+	}
+	if ps := c.ProcessState; ps == nil || ps.ExitCode() != 3 || ps.Success() || ps.TimedOut() || ps.Killed() || ps.Duration() <= 0 {
+		t.Errorf("ProcessState after exit 3: %v", ps)
+	}
+	ctx, expire := testenv.ManualDeadline(testCtx(t))
+	c = sb.Command(ctx, "sh", "-c", "echo started; sleep 1000")
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "started\n" {
+		t.Fatalf("first line %q", line)
+	}
+	expire()
+	c.Wait()
+	if ps := c.ProcessState; ps == nil || ps.ExitCode() != 137 || !ps.TimedOut() || !ps.Killed() || ps.Success() {
+		t.Errorf("ProcessState after a deadline kill: %v", ps)
+	} else {
+		t.Logf("ProcessState: %v", ps)
+	}
+}
