@@ -627,7 +627,9 @@ func TestSandboxFailures(t *testing.T) {
 		out, err = set.Call(ctx, tools.ExecuteBash, args("command", "echo started; sleep 30"))
 	}()
 	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(mustExec(t, sb, "ps -o args"), "sleep 30") {
+	// The sleep itself, not the shell whose arguments also say "sleep 30":
+	// once it runs, "started" has been written.
+	for !slices.Contains(strings.Split(mustExec(t, sb, "ps -o args"), "\n"), "sleep 30") {
 		if time.Now().After(deadline) {
 			t.Fatal("the command never started")
 		}
