@@ -411,6 +411,26 @@ var faultOps = []fileOp{
 	}},
 }
 
+// sourceAndSnapshot makes a sandbox with opts holding the file "f" ("x")
+// and a snapshot of it; the caller closes and removes them.
+func sourceAndSnapshot(t *testing.T, opts ...sandbox.Option) (*sandbox.Sandbox, *sandbox.Snapshot) {
+	t.Helper()
+	src, err := sandbox.New(testCtx(t), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.WriteFile(testCtx(t), "f", []byte("x"), 0o644); err != nil {
+		src.Close()
+		t.Fatal(err)
+	}
+	sn, err := src.Snapshot(testCtx(t))
+	if err != nil {
+		src.Close()
+		t.Fatal(err)
+	}
+	return src, sn
+}
+
 // errNoError marks a call that succeeded where it was expected to fail.
 var errNoError = errors.New("call succeeded")
 
@@ -556,23 +576,13 @@ func TestFaultForkFromKilledSource(t *testing.T) {
 	cli := engineClient(t)
 	settleAtEnd(t, cli)
 	before := takeInventory(t, cli)
-	src, err := sandbox.New(testCtx(t), sandbox.WithImage(busyboxImage))
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, sn := sourceAndSnapshot(t, sandbox.WithImage(busyboxImage))
 	defer src.Close()
-	if err := src.WriteFile(testCtx(t), "f", []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sn, err := src.Snapshot(testCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := cli.ContainerKill(testCtx(t), src.ID(), "KILL"); err != nil {
 		t.Fatal(err)
 	}
 	var forks []*sandbox.Sandbox
-	_, err = timed(t, "Fork(2) from a killed source's snapshot", hangGuard, func() error {
+	_, err := timed(t, "Fork(2) from a killed source's snapshot", hangGuard, func() error {
 		var err error
 		forks, err = sn.Fork(context.Background(), 2)
 		return err
@@ -971,18 +981,8 @@ func TestFaultCancelEveryStep(t *testing.T) {
 	}
 	warm.Close()
 
-	src, err := sandbox.New(testCtx(t), newOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, sn := sourceAndSnapshot(t, newOpts...)
 	defer src.Close()
-	if err := src.WriteFile(testCtx(t), "f", []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sn, err := src.Snapshot(testCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer sn.Remove(context.Background())
 
 	for _, tc := range []struct {
