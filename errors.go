@@ -38,6 +38,16 @@ var (
 	// absolute name, or a link pointing out). Nothing outside is written.
 	ErrUnsafePath = errors.New("sandbox: unsafe path")
 
+	// ErrFileTooLarge is returned by ReadFile, FS reads and ReadDir when the
+	// file or listing is larger than Limits.FileSize: the library never takes
+	// more than that from the sandbox in one read.
+	ErrFileTooLarge = errors.New("sandbox: file too large")
+
+	// ErrNotRegular is returned by ReadFile and FS reads for a name that is
+	// not a regular file once symbolic links are followed (a device, FIFO
+	// or socket): a link to /dev/zero cannot make a read go on for ever.
+	ErrNotRegular = errors.New("sandbox: not a regular file")
+
 	// ErrDiskLimitUnsupported means Limits.Disk cannot be enforced by this
 	// process (see Limits.Disk); set Disk to -1 to run without a disk limit.
 	ErrDiskLimitUnsupported = errors.New("sandbox: disk limit not supported here")

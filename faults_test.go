@@ -337,8 +337,8 @@ var containerFaults = []fault{
 // checkFaultErr checks the error of a call made after (or while) fault f
 // hit the sandbox: ErrSandboxGone for a gone container; for a paused one,
 // an error that says so (mentions "paused", or ErrUnresponsive) — or
-// success, for calls that need no process in the container (the engine's
-// archive API works on a paused container).
+// success, where successOK (a snapshot's copy goes through the engine's
+// archive API, which works on a paused container).
 func checkFaultErr(t testing.TB, f fault, op string, err error, successOK bool) {
 	t.Helper()
 	switch {
@@ -356,11 +356,10 @@ func checkFaultErr(t testing.TB, f fault, op string, err error, successOK bool) 
 // fileOp is a call on a sandbox, with the engine request that shows it is
 // under way (for "during" faults, applied when that request goes by).
 type fileOp struct {
-	name    string
-	method  string // request that marks "during"
-	suffix  string // path element after /containers/ID
-	archive bool   // goes through the archive API only (may work on a paused container)
-	call    func(ctx context.Context, sb *sandbox.Sandbox) error
+	name   string
+	method string // request that marks "during"
+	suffix string // path element after /containers/ID
+	call   func(ctx context.Context, sb *sandbox.Sandbox) error
 }
 
 var faultOps = []fileOp{
@@ -371,10 +370,10 @@ var faultOps = []fileOp{
 		}
 		return err
 	}},
-	{name: "WriteFile", method: "PUT", suffix: "/archive", archive: true, call: func(ctx context.Context, sb *sandbox.Sandbox) error {
+	{name: "WriteFile", call: func(ctx context.Context, sb *sandbox.Sandbox) error {
 		return sb.WriteFile(ctx, "g", []byte("y"), 0o644)
 	}},
-	{name: "ReadFile", method: "GET", suffix: "/archive", archive: true, call: func(ctx context.Context, sb *sandbox.Sandbox) error {
+	{name: "ReadFile", call: func(ctx context.Context, sb *sandbox.Sandbox) error {
 		_, err := sb.ReadFile(ctx, "f")
 		return err
 	}},
@@ -382,10 +381,10 @@ var faultOps = []fileOp{
 		_, err := sb.ReadDir(ctx, ".")
 		return err
 	}},
-	{name: "CopyIn", method: "PUT", suffix: "/archive", call: func(ctx context.Context, sb *sandbox.Sandbox) error {
+	{name: "CopyIn", call: func(ctx context.Context, sb *sandbox.Sandbox) error {
 		return sb.CopyIn(ctx, "in", fstest.MapFS{"a/b.txt": {Data: []byte("b"), Mode: 0o644}})
 	}},
-	{name: "CopyOut", method: "GET", suffix: "/archive", archive: true, call: func(ctx context.Context, sb *sandbox.Sandbox) error {
+	{name: "CopyOut", call: func(ctx context.Context, sb *sandbox.Sandbox) error {
 		dir, err := os.MkdirTemp("", "faults-copyout-")
 		if err != nil {
 			return err
@@ -451,9 +450,10 @@ func TestFaultContainerBehindOurBack(t *testing.T) {
 					continue // the snapshot itself pauses the container there
 				}
 				if when == "during" && op.method == "" {
-					// No engine request: commands go to the sandbox's agent
-					// over its attach stream (TestFaultContainerDuringExec
-					// and TestFaultPausedExec fault a running command).
+					// No engine request: commands and file operations go to
+					// the sandbox's agent over its attach stream
+					// (TestFaultContainerDuringExec, TestFaultPausedExec and
+					// TestFaultContainerDuringCopyIn fault one under way).
 					continue
 				}
 				t.Run(f.name+"/"+op.name+"/"+when, func(t *testing.T) {
@@ -510,8 +510,9 @@ func faultCase(t *testing.T, cli *client.Client, p *faultproxy.Proxy, f fault, o
 		// and what it returns is what the files held.
 		t.Logf("%s during %s read the files of the stopped container", op.name, f.name)
 	} else {
-		// Once MkdirAll is done, CopyIn is an archive upload too.
-		checkFaultErr(t, f, op.name, err, op.archive || when == "during" && op.suffix == "/archive")
+		// A snapshot's copy is an archive download from the container,
+		// which the engine serves from a paused one.
+		checkFaultErr(t, f, op.name, err, when == "during" && op.suffix == "/archive")
 	}
 	// The next call says the same.
 	_, err = timed(t, "next Exec", hangGuard, func() error {
@@ -764,6 +765,38 @@ func TestFaultEngineFrozenNew(t *testing.T) {
 	}
 }
 
+// TestFaultContainerDuringCopyIn: the container is killed, removed or
+// paused while a CopyIn's upload is under way (its source blocks until the
+// fault has landed). CopyIn returns ErrSandboxGone, or an error saying the
+// container is paused, within the sandbox's bound; Close removes
+// everything.
+func TestFaultContainerDuringCopyIn(t *testing.T) {
+	cli := engineClient(t)
+	settleAtEnd(t, cli)
+	for _, f := range containerFaults {
+		t.Run(f.name, func(t *testing.T) {
+			before := takeInventory(t, cli)
+			sb := newFaultSandbox(t, sandbox.WithTestTimeout(sandboxBound))
+			defer func() {
+				timed(t, "Close", hangGuard, sb.Close)
+				settle(t, cli, before, 20*time.Second, "Close")
+			}()
+			release := make(chan struct{})
+			src := newBlockingFS(release)
+			done := make(chan error, 1)
+			go func() { done <- sb.CopyIn(context.Background(), "in", src) }()
+			<-src.reading
+			if err := f.apply(testCtx(t), cli, sb.ID()); err != nil {
+				close(release)
+				t.Fatal(err)
+			}
+			close(release)
+			_, err := timed(t, "CopyIn after "+f.name, hangGuard, func() error { return <-done })
+			checkFaultErr(t, f, "CopyIn", err, false)
+		})
+	}
+}
+
 // TestFaultPausedExec: the container is paused (docker pause) while a
 // command (sleep 30) runs; the command's context deadline, or ExecTimeout,
 // still ends Exec and Cmd.Run within the sandbox's bound of it, with
@@ -856,7 +889,7 @@ func TestFaultEngineCut(t *testing.T) {
 			_, err := sb.Exec(ctx, "true")
 			return err
 		}},
-		{name: "during ReadFile", method: "GET", suffix: "/archive", call: func(ctx context.Context, sb *sandbox.Sandbox) error {
+		{name: "before ReadFile", call: func(ctx context.Context, sb *sandbox.Sandbox) error {
 			_, err := sb.ReadFile(ctx, "f")
 			return err
 		}},

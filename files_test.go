@@ -869,14 +869,29 @@ ABtopother
 		if err := sb.WriteFile(ctx, "afile", []byte("x"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		for _, dst := range []string{"afile", "/etc/new", "/tmp/dst"} {
-			err := sb.CopyIn(ctx, dst, src)
+		for _, c := range []struct {
+			dst  string
+			want error
+		}{{"afile", syscall.ENOTDIR}, {"/etc/new", syscall.EROFS}} {
+			err := sb.CopyIn(ctx, c.dst, src)
 			var pe *fs.PathError
-			if !errors.As(err, &pe) {
-				t.Errorf("CopyIn(%q) = %#v, want an *fs.PathError", dst, err)
+			if !errors.As(err, &pe) || !errors.Is(err, c.want) {
+				t.Errorf("CopyIn(%q) = %#v, want an *fs.PathError for %v", c.dst, err, c.want)
 			} else {
-				t.Logf("CopyIn(%q): %v", dst, err)
+				t.Logf("CopyIn(%q): %v", c.dst, err)
 			}
+		}
+	})
+
+	t.Run("tmp", func(t *testing.T) {
+		// /tmp is a tmpfs of the container's own, which the engine's
+		// archive API could not see; the agent can.
+		src := fstest.MapFS{"d/f": {Data: []byte("in tmp"), Mode: 0o600}}
+		if err := sb.CopyIn(ctx, "/tmp/dst", src); err != nil {
+			t.Fatal(err)
+		}
+		if out := ftExec(t, sb, "stat -c '%a %s' /tmp/dst/d/f && cat /tmp/dst/d/f"); out != "600 6\nin tmp" {
+			t.Errorf("in /tmp: %q", out)
 		}
 	})
 }
@@ -966,13 +981,27 @@ chmod 600 out/sub/deep/rand.bin && printf bad > "out/$(printf '%b' 'x\0377y')" &
 		if err := sb.CopyOut(ctx, "out/a.txt", filepath.Join(host, "missing")); err == nil {
 			t.Errorf("CopyOut into a missing host directory succeeded")
 		}
-		err := sb.CopyOut(ctx, "/tmp", host)
+		// Read as the sandbox user: a file it cannot read stops the copy.
+		ftExec(t, sb, "printf secret > out/unreadable && chmod 000 out/unreadable")
+		err := sb.CopyOut(ctx, "out/unreadable", host)
 		var pe *fs.PathError
-		if !errors.As(err, &pe) {
-			t.Errorf("CopyOut(/tmp) = %#v, want an *fs.PathError", err)
+		if !errors.As(err, &pe) || !errors.Is(err, fs.ErrPermission) {
+			t.Errorf("CopyOut(unreadable) = %#v, want an *fs.PathError for fs.ErrPermission", err)
 		}
+		ftExec(t, sb, "rm out/unreadable")
 		if got := ftHostTree(t, host); len(got) != 1 {
 			t.Errorf("host dir not empty after errors: %q", got)
+		}
+	})
+
+	t.Run("tmp", func(t *testing.T) {
+		host := t.TempDir()
+		ftExec(t, sb, "mkdir -p /tmp/o/sub && printf t > /tmp/o/sub/f")
+		if err := sb.CopyOut(ctx, "/tmp/o", host); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(filepath.Join(host, "o", "sub", "f")); err != nil || string(b) != "t" {
+			t.Errorf("copied out of /tmp: %q, %v", b, err)
 		}
 	})
 }

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"path"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -408,4 +410,45 @@ func (sn *Snapshot) deleteImage(ctx context.Context) error {
 		}
 		time.Sleep(delay)
 	}
+}
+
+// pathErr wraps an engine error for a file operation.
+func (s *Sandbox) pathErr(op, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return err
+	}
+	if c := s.check(); c != nil {
+		return &fs.PathError{Op: op, Path: name, Err: c}
+	}
+	msg := err.Error()
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case strings.Contains(msg, "No such container"), engine.IsUnreachable(err):
+		err = s.engineErr(op, err)
+	case strings.Contains(msg, "Could not find the file"), strings.Contains(msg, "no such file"),
+		strings.Contains(msg, "not found"):
+		err = fs.ErrNotExist
+	case strings.Contains(msg, "read-only"):
+		err = syscall.EROFS
+	case strings.Contains(msg, "not a directory"):
+		err = syscall.ENOTDIR
+	case strings.Contains(msg, "no space left"):
+		err = syscall.ENOSPC
+	case strings.Contains(msg, "too many links"):
+		err = syscall.ELOOP
+	case engine.IsConflict(err): // a paused container, for one
+		err = s.engineErr(op, err)
+	case engine.IsNotFound(err):
+		// A stat (HEAD request) 404 comes without a message.
+		if s.goneNow() {
+			err = s.engineErr(op, err)
+		} else {
+			err = fs.ErrNotExist
+		}
+	}
+	return &fs.PathError{Op: op, Path: name, Err: err}
 }

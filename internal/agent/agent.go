@@ -29,7 +29,10 @@ type agent struct {
 	mu      sync.Mutex // guards the maps; held while starting and reaping
 	byChan  map[uint32]*proc
 	byPID   map[int]*proc
+	files   map[uint32]*fileOp
 	nextTag uint32
+
+	fs *workers // run file operations as the sandbox user
 }
 
 // proc is one command.
@@ -46,8 +49,11 @@ type proc struct {
 	killed  bool
 }
 
-func newAgent(out io.Writer) *agent {
-	return &agent{w: wire.NewWriter(out), byChan: map[uint32]*proc{}, byPID: map[int]*proc{}}
+func newAgent(out io.Writer, fs *workers) *agent {
+	return &agent{
+		w: wire.NewWriter(out), byChan: map[uint32]*proc{}, byPID: map[int]*proc{},
+		files: map[uint32]*fileOp{}, fs: fs,
+	}
 }
 
 // send writes a frame; if the library is gone, the agent exits (which ends
@@ -87,7 +93,18 @@ func (a *agent) serve(r io.Reader) {
 				continue
 			}
 			go a.start(f.Channel, req)
+		case wire.File:
+			var req wire.FileRequest
+			if err := json.Unmarshal(f.Data, &req); err != nil {
+				a.fail(f.Channel, fmt.Errorf("agent: bad file request: %w", err))
+				continue
+			}
+			a.startFile(f.Channel, req)
 		case wire.Stdin, wire.CloseStdin:
+			if op := a.lookupFile(f.Channel); op != nil {
+				a.fileInput(op, f)
+				continue
+			}
 			p := a.lookup(f.Channel)
 			if p == nil || p.stdin == nil {
 				continue
@@ -101,9 +118,15 @@ func (a *agent) serve(r io.Reader) {
 			if n, err := wire.Count(f.Data); err == nil {
 				if p := a.lookup(f.Channel); p != nil {
 					p.out.give(int(n))
+				} else if op := a.lookupFile(f.Channel); op != nil {
+					op.out.give(int(n))
 				}
 			}
 		case wire.Kill:
+			if op := a.lookupFile(f.Channel); op != nil {
+				a.abortFile(op)
+				continue
+			}
 			go a.kill(f.Channel)
 		case wire.Ping:
 			a.send(wire.Pong, f.Channel, nil)
@@ -247,6 +270,9 @@ func (a *agent) pump(p *proc, r *os.File, kind wire.Kind) {
 	buf := make([]byte, 32<<10)
 	for {
 		n := p.out.take(len(buf))
+		if n == 0 {
+			break // closed
+		}
 		m, err := r.Read(buf[:n])
 		if m > 0 {
 			a.send(kind, p.ch, buf[:m])

@@ -37,7 +37,10 @@ import (
 )
 
 // version is reported in the agent's greeting.
-const version = "1"
+const version = "2"
+
+// fileWorkers is how many file operations run at once (see workers).
+const fileWorkers = 3
 
 func main() {
 	lifetime := flag.Duration("lifetime", 0, "exit after this long (0: never)")
@@ -70,7 +73,7 @@ func main() {
 	if *lifetime > 0 {
 		time.AfterFunc(*lifetime, func() { os.Exit(0) })
 	}
-	a := newAgent(os.Stdout)
+	a := newAgent(os.Stdout, startWorkers(fileWorkers))
 	go a.reap()
 	if err := a.w.WriteJSON(wire.Hello, 0, wire.Greeting{Version: version, PID: os.Getpid()}); err != nil {
 		os.Exit(0)

@@ -14,9 +14,10 @@ import (
 // window is a command's output credit: how many more bytes the agent may
 // send before the library acknowledges some.
 type window struct {
-	mu    sync.Mutex
-	cond  *sync.Cond
-	avail int
+	mu     sync.Mutex
+	cond   *sync.Cond
+	avail  int
+	closed bool
 }
 
 func newWindow(n int) *window {
@@ -25,12 +26,15 @@ func newWindow(n int) *window {
 	return w
 }
 
-// take waits for credit and takes up to max bytes of it.
+// take waits for credit and takes up to max bytes of it; 0 once closed.
 func (w *window) take(max int) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for w.avail <= 0 {
+	for w.avail <= 0 && !w.closed {
 		w.cond.Wait()
+	}
+	if w.closed {
+		return 0
 	}
 	n := min(max, w.avail)
 	w.avail -= n
@@ -43,6 +47,14 @@ func (w *window) give(n int) {
 	}
 	w.mu.Lock()
 	w.avail += n
+	w.mu.Unlock()
+	w.cond.Broadcast()
+}
+
+// close makes take return 0 from now on.
+func (w *window) close() {
+	w.mu.Lock()
+	w.closed = true
 	w.mu.Unlock()
 	w.cond.Broadcast()
 }
@@ -77,6 +89,19 @@ func (b *inbox) close() {
 	b.closed = true
 	b.mu.Unlock()
 	b.cond.Signal()
+}
+
+// drop closes the inbox and empties it, returning how many bytes it held.
+func (b *inbox) drop() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, p := range b.q {
+		n += len(p)
+	}
+	b.q, b.closed = nil, true
+	b.cond.Signal()
+	return n
 }
 
 // next returns the next bytes, waiting for them; false once closed and

@@ -59,6 +59,9 @@ type channel struct {
 	killed chan wire.KillResult
 	out    [2]*stream // stdout, stderr
 	stdin  *credit    // stdin bytes the agent may still take
+
+	end      chan struct{} // file operations: closed when Done or Failed came
+	endFrame wire.Frame    // set before end is closed
 }
 
 // Start runs the Conn's reader on r, the agent's stdout (demultiplexed
@@ -154,6 +157,18 @@ func (c *Conn) dispatch(f wire.Frame) {
 	c.mu.Unlock()
 	if ch == nil {
 		return // a late answer to a request given up on
+	}
+	if ch.end != nil {
+		switch f.Kind {
+		case wire.Done, wire.Failed:
+			select {
+			case <-ch.end:
+			default:
+				ch.endFrame = f
+				close(ch.end)
+			}
+			return
+		}
 	}
 	switch f.Kind {
 	case wire.Started, wire.Failed, wire.Pong, wire.OOMCount:

@@ -187,70 +187,89 @@ func (s *stream) notify() {
 
 func (s *stream) Read(p []byte) (int, error) {
 	for {
-		s.mu.Lock()
-		if len(s.buf) > 0 {
-			n := copy(p, s.buf)
-			s.buf = s.buf[n:]
-			if len(s.buf) == 0 {
-				s.buf = nil
-			}
-			ended := s.err != nil
-			s.mu.Unlock()
-			if !ended {
-				s.ack(n)
-			}
-			return n, nil
+		if n, ok, err := s.tryRead(p); ok {
+			return n, err
 		}
-		if s.err != nil {
-			err := s.err
-			s.mu.Unlock()
-			return 0, err
-		}
-		s.mu.Unlock()
 		<-s.wake
 	}
 }
 
-// credit is the stdin bytes the agent may still take.
+// tryRead reads what has arrived, or the stream's end; ok is false if
+// there is neither yet.
+func (s *stream) tryRead(p []byte) (n int, ok bool, err error) {
+	s.mu.Lock()
+	if len(s.buf) > 0 {
+		n := copy(p, s.buf)
+		s.buf = s.buf[n:]
+		if len(s.buf) == 0 {
+			s.buf = nil
+		}
+		ended := s.err != nil
+		s.mu.Unlock()
+		if !ended {
+			s.ack(n)
+		}
+		return n, true, nil
+	}
+	err = s.err
+	s.mu.Unlock()
+	return 0, err != nil, err
+}
+
+// credit is the input bytes the agent may still take.
 type credit struct {
 	mu    sync.Mutex
-	cond  *sync.Cond
 	avail int
 	ended bool
+	wake  chan struct{}
 }
 
-func newCredit(n int) *credit {
-	c := &credit{avail: n}
-	c.cond = sync.NewCond(&c.mu)
-	return c
-}
+func newCredit(n int) *credit { return &credit{avail: n, wake: make(chan struct{}, 1)} }
 
 func (c *credit) take(max int) (int, bool) {
+	for {
+		if n, ok, done := c.tryTake(max); done {
+			return n, ok
+		}
+		<-c.wake
+	}
+}
+
+// tryTake takes up to max bytes of credit; done is false if there is none
+// and the credit has not ended.
+func (c *credit) tryTake(max int) (n int, ok, done bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for c.avail <= 0 && !c.ended {
-		c.cond.Wait()
+	switch {
+	case c.ended:
+		return 0, false, true
+	case c.avail > 0:
+		n = min(max, c.avail)
+		c.avail -= n
+		return n, true, true
 	}
-	if c.ended {
-		return 0, false
-	}
-	n := min(max, c.avail)
-	c.avail -= n
-	return n, true
+	return 0, false, false
 }
 
 func (c *credit) give(n int) {
 	c.mu.Lock()
 	c.avail += n
 	c.mu.Unlock()
-	c.cond.Broadcast()
+	c.notify()
 }
 
 func (c *credit) end() {
 	c.mu.Lock()
 	c.ended = true
 	c.mu.Unlock()
-	c.cond.Broadcast()
+	c.notify()
+}
+
+func (c *credit) notify() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 }
 
 func (p *Proc) String() string { return fmt.Sprintf("agent command #%d (pid %d)", p.id, p.PID) }

@@ -42,6 +42,17 @@ type ExtractOptions struct {
 	MaxBytes int64
 	// MaxEntries caps the number of tar headers, skipped ones included.
 	MaxEntries int
+	// AnyLinkTarget stores symlinks with whatever target they have,
+	// absolute or climbing out, as written. It is for extraction inside a
+	// sandbox, where a link cannot lead anywhere the sandbox's user could
+	// not go anyway; entries are still never created through such a link.
+	AnyLinkTarget bool
+	// ExactDirModes gives directories exactly the header's permission bits
+	// (not 0755 plus them). They are applied once the stream has ended, so
+	// that a directory without write permission can still be filled; an
+	// owner who lacks the permission to fill it otherwise (no
+	// CAP_DAC_OVERRIDE) needs this.
+	ExactDirModes bool
 }
 
 // Extract unpacks the tar stream r (for example the body of Docker's
@@ -79,7 +90,7 @@ func Extract(r io.Reader, dir string, opt ExtractOptions) error {
 	for n := 1; ; n++ {
 		hdr, err := x.tr.Next()
 		if err == io.EOF {
-			return nil
+			return x.dirModes()
 		}
 		// ErrInsecurePath (GODEBUG tarinsecurepath=0) comes with a usable
 		// header; entry rejects such names itself.
@@ -101,6 +112,22 @@ type extractor struct {
 	opt   ExtractOptions
 	bytes int64           // regular-file bytes written so far
 	files map[string]bool // real paths of regular files extracted so far
+	dirs  []dirMode       // with ExactDirModes: modes to set at the end
+}
+
+type dirMode struct {
+	name string
+	perm fs.FileMode
+}
+
+// dirModes sets the modes of ExactDirModes, deepest directories first.
+func (x *extractor) dirModes() error {
+	for i := len(x.dirs) - 1; i >= 0; i-- {
+		if err := x.root.Chmod(x.dirs[i].name, x.dirs[i].perm); err != nil {
+			return fmt.Errorf("tarsafe: %w", err)
+		}
+	}
+	return nil
 }
 
 func unsafe(format string, args ...any) error {
@@ -156,7 +183,12 @@ func (x *extractor) entry(hdr *tar.Header) error {
 
 	switch hdr.Typeflag {
 	case tar.TypeDir:
-		perm |= 0o755
+		if x.opt.ExactDirModes {
+			x.dirs = append(x.dirs, dirMode{dst, perm})
+			perm |= 0o700
+		} else {
+			perm |= 0o755
+		}
 		if fi, err := x.root.Lstat(dst); err != nil || !fi.IsDir() {
 			if err := x.remove(dst); err != nil {
 				return err
@@ -168,6 +200,12 @@ func (x *extractor) entry(hdr *tar.Header) error {
 		return x.root.Chmod(dst, perm)
 
 	case tar.TypeSymlink:
+		if x.opt.AnyLinkTarget && hdr.Linkname != "" && !strings.ContainsRune(hdr.Linkname, 0) {
+			if err := x.remove(dst); err != nil {
+				return err
+			}
+			return x.root.Symlink(hdr.Linkname, dst)
+		}
 		if hdr.Linkname == "" || path.IsAbs(hdr.Linkname) || filepath.IsAbs(hdr.Linkname) {
 			return unsafe("absolute or empty symlink target %q", hdr.Linkname)
 		}

@@ -35,6 +35,7 @@ const (
 	Ack                        // the library consumed output: 4-byte count
 	Ping                       // answered by Pong
 	OOM                        // answered by OOMCount
+	File                       // a file operation: JSON FileRequest
 )
 
 // Frames the agent sends.
@@ -48,13 +49,14 @@ const (
 	OOMCount                  // answer to OOM: JSON int (-1: unknown)
 	Killed                    // the kill is done: JSON KillResult
 	Hello                     // first frame of the agent: JSON Greeting
+	Done                      // a file operation ended: JSON FileResult
 )
 
 var kindNames = map[Kind]string{
 	Exec: "exec", Stdin: "stdin", CloseStdin: "close-stdin", Kill: "kill", Ack: "ack",
 	Ping: "ping", OOM: "oom", Started: "started", Stdout: "stdout", Stderr: "stderr",
 	Exited: "exited", Failed: "failed", Pong: "pong", OOMCount: "oom-count",
-	Killed: "killed", Hello: "hello",
+	Killed: "killed", Hello: "hello", File: "file", Done: "done",
 }
 
 func (k Kind) String() string {
@@ -203,4 +205,114 @@ type KillResult struct {
 type Greeting struct {
 	Version string
 	PID     int
+}
+
+// FileOp names a file operation.
+type FileOp string
+
+// File operations. Paths are absolute. Operations with input (Write,
+// Untar) take it in Stdin frames, acknowledged like a command's stdin, and
+// end it with CloseStdin; operations with output (Read, ReadDir, Tar) send
+// it in Stdout frames under the same window as a command's output, then
+// an empty Stdout frame. Every one ends with Done (or Failed for a bad
+// request). A Kill frame aborts one.
+const (
+	// Read sends the contents of the regular file at Path (following
+	// symbolic links), refusing other kinds of file and files of more than
+	// Limit bytes.
+	Read FileOp = "read"
+	// Write replaces the file at Path (never writing through a symbolic
+	// link) with the input, with permissions exactly Perm.
+	Write FileOp = "write"
+	// Stat and Lstat describe Path in Done's Info; Stat follows a final
+	// symbolic link.
+	Stat  FileOp = "stat"
+	Lstat FileOp = "lstat"
+	// ReadDir sends the entries of directory Path as DirRecords, refusing
+	// listings of more than Limit bytes.
+	ReadDir FileOp = "readdir"
+	// MkdirAll creates directory Path and missing parents (Perm, before the
+	// agent's umask).
+	MkdirAll FileOp = "mkdirall"
+	// RemoveAll removes Path and everything under it; a missing Path is
+	// ENOENT.
+	RemoveAll FileOp = "removeall"
+	// Untar extracts the tar archive of the input into directory Path.
+	Untar FileOp = "untar"
+	// Tar sends a tar archive of Path (as base(Path) and below), of at most
+	// Limit bytes of file contents.
+	Tar FileOp = "tar"
+)
+
+// FileRequest is a file operation. The agent runs it with the file system
+// identity of Uid and Gid (the sandbox user), so the kernel checks every
+// access as it would for a command of that user.
+type FileRequest struct {
+	Op    FileOp
+	Path  []byte // bytes, not a string: names need not be UTF-8
+	Uid   uint32
+	Gid   uint32
+	Perm  uint32 // Write, MkdirAll: permission bits
+	Limit int64  // Read, ReadDir, Tar: most bytes sent (0: no limit)
+}
+
+// FileResult is how a file operation ended.
+type FileResult struct {
+	Err   *FileError `json:",omitempty"`
+	Info  *FileInfo  `json:",omitempty"` // Stat, Lstat
+	Bytes int64      // bytes of input taken or of output sent
+}
+
+// FileError is a failed file operation.
+type FileError struct {
+	Errno uint32 // the system error, 0 if none
+	Code  string // for errors that are not system errors: see below
+	Path  []byte // the entry it concerns, for Untar and Tar
+	Text  string
+}
+
+// FileError codes.
+const (
+	CodeTooLarge   = "too-large"   // more than Limit
+	CodeNotRegular = "not-regular" // not a regular file where one is needed
+	CodeBadName    = "bad-name"    // an archive entry that would land outside
+	CodeAborted    = "aborted"     // a Kill frame or the end of the input
+)
+
+// FileInfo describes a file.
+type FileInfo struct {
+	Mode  uint32 // an io/fs FileMode
+	Size  int64
+	Mtime int64 // nanoseconds since the Unix epoch
+}
+
+// DirRecordSize is the fixed part of a DirRecord.
+const DirRecordSize = 4 + 8 + 8 + 2
+
+// AppendDirRecord appends one directory entry in the ReadDir encoding:
+// mode (4 bytes), size (8), mtime (8), name length (2), name.
+func AppendDirRecord(b []byte, name []byte, fi FileInfo) []byte {
+	b = binary.BigEndian.AppendUint32(b, fi.Mode)
+	b = binary.BigEndian.AppendUint64(b, uint64(fi.Size))
+	b = binary.BigEndian.AppendUint64(b, uint64(fi.Mtime))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(name)))
+	return append(b, name...)
+}
+
+// ParseDirRecord decodes the first record of b, returning the rest; ok is
+// false if b does not start with a whole record.
+func ParseDirRecord(b []byte) (name []byte, fi FileInfo, rest []byte, ok bool) {
+	if len(b) < DirRecordSize {
+		return nil, FileInfo{}, b, false
+	}
+	n := int(binary.BigEndian.Uint16(b[20:22]))
+	if len(b) < DirRecordSize+n {
+		return nil, FileInfo{}, b, false
+	}
+	fi = FileInfo{
+		Mode:  binary.BigEndian.Uint32(b[0:4]),
+		Size:  int64(binary.BigEndian.Uint64(b[4:12])),
+		Mtime: int64(binary.BigEndian.Uint64(b[12:20])),
+	}
+	return b[DirRecordSize : DirRecordSize+n], fi, b[DirRecordSize+n:], true
 }

@@ -1,0 +1,628 @@
+//go:build linux
+
+package main
+
+import (
+	"archive/tar"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentsandbox/sandbox/internal/tarsafe"
+	"github.com/agentsandbox/sandbox/internal/wire"
+)
+
+// fileOp is a file operation in progress on one channel.
+type fileOp struct {
+	ch    uint32
+	in    *inbox  // input (Write, Untar)
+	out   *window // output credit granted by the library
+	input bool    // the operation takes input: it ends with CloseStdin or Kill
+
+	mu       sync.Mutex
+	finished bool // the operation sent Done
+	inEnded  bool // CloseStdin or Kill came
+	aborted  chan struct{}
+	abortOne sync.Once
+}
+
+// errAborted ends an operation the library gave up on.
+var errAborted = coded{wire.CodeAborted, "aborted by the library"}
+
+// coded is a file operation error that is not a system error.
+type coded struct{ code, text string }
+
+func (c coded) Error() string { return c.text }
+
+// startFile registers a file operation (so that its input, which follows
+// the request at once, finds it) and runs it.
+func (a *agent) startFile(ch uint32, req wire.FileRequest) {
+	op := &fileOp{
+		ch: ch, in: newInbox(), out: newWindow(wire.Window),
+		input:   req.Op == wire.Write || req.Op == wire.Untar,
+		aborted: make(chan struct{}),
+	}
+	a.mu.Lock()
+	if _, dup := a.files[ch]; dup || a.byChan[ch] != nil {
+		a.mu.Unlock()
+		a.fail(ch, fmt.Errorf("agent: channel %d is in use", ch))
+		return
+	}
+	a.files[ch] = op
+	a.mu.Unlock()
+	go func() {
+		res := a.runFile(op, req)
+		a.sendJSON(wire.Done, ch, res)
+		a.finishFile(op)
+	}()
+}
+
+func (a *agent) lookupFile(ch uint32) *fileOp {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.files[ch]
+}
+
+// fileInput takes input for a file operation, or drops and acknowledges it
+// once the operation has ended (the library may still be sending).
+func (a *agent) fileInput(op *fileOp, f wire.Frame) {
+	op.mu.Lock()
+	if f.Kind == wire.CloseStdin {
+		op.inEnded = true
+		op.in.close()
+		done := op.finished
+		op.mu.Unlock()
+		if done {
+			a.dropFile(op)
+		}
+		return
+	}
+	if op.finished {
+		op.mu.Unlock()
+		a.ack(op.ch, len(f.Data))
+		return
+	}
+	op.in.feed(f.Data)
+	op.mu.Unlock()
+}
+
+// abortFile ends a file operation early: its input and output stop.
+func (a *agent) abortFile(op *fileOp) {
+	op.abortOne.Do(func() { close(op.aborted) })
+	op.out.close()
+	op.mu.Lock()
+	op.inEnded = true
+	op.in.close()
+	done := op.finished
+	op.mu.Unlock()
+	if done {
+		a.dropFile(op)
+	}
+}
+
+// finishFile marks op ended: input still queued is acknowledged and
+// dropped, and op is forgotten once its input has ended too.
+func (a *agent) finishFile(op *fileOp) {
+	op.mu.Lock()
+	op.finished = true
+	n := op.in.drop()
+	done := op.inEnded || !op.input
+	op.mu.Unlock()
+	if n > 0 {
+		a.ack(op.ch, n)
+	}
+	if done {
+		a.dropFile(op)
+	}
+}
+
+func (a *agent) dropFile(op *fileOp) {
+	a.mu.Lock()
+	if a.files[op.ch] == op {
+		delete(a.files, op.ch)
+	}
+	a.mu.Unlock()
+}
+
+func (a *agent) ack(ch uint32, n int) {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(n))
+	a.send(wire.Ack, ch, b[:])
+}
+
+// opInput reads a file operation's input, acknowledging it as it is taken.
+type opInput struct {
+	a   *agent
+	op  *fileOp
+	buf []byte
+}
+
+func (r *opInput) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		b, ok := r.op.in.next()
+		if !ok {
+			select {
+			case <-r.op.aborted:
+				return 0, errAborted
+			default:
+				return 0, io.EOF
+			}
+		}
+		r.a.ack(r.op.ch, len(b))
+		r.buf = b
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// opOutput sends a file operation's output, no faster than the library's
+// credit allows.
+type opOutput struct {
+	a  *agent
+	op *fileOp
+	n  int64
+}
+
+func (w *opOutput) Write(p []byte) (int, error) {
+	done := 0
+	for done < len(p) {
+		n := w.op.out.take(min(len(p)-done, wire.MaxData))
+		if n == 0 {
+			return done, errAborted
+		}
+		w.a.send(wire.Stdout, w.op.ch, p[done:done+n])
+		done += n
+		w.n += int64(n)
+	}
+	return done, nil
+}
+
+// runFile carries out one file operation.
+func (a *agent) runFile(op *fileOp, req wire.FileRequest) wire.FileResult {
+	p := string(req.Path)
+	if !path.IsAbs(p) || path.Clean(p) != p {
+		return wire.FileResult{Err: &wire.FileError{Errno: uint32(syscall.EINVAL), Text: "path is not absolute and clean"}}
+	}
+	id := ident{req.Uid, req.Gid}
+	var res wire.FileResult
+	var err error
+	out := &opOutput{a: a, op: op}
+	switch req.Op {
+	case wire.Read:
+		err = a.readFile(id, p, req.Limit, out)
+	case wire.Write:
+		res.Bytes, err = a.writeFile(id, p, req.Perm, &opInput{a: a, op: op})
+	case wire.Stat, wire.Lstat:
+		var fi wire.FileInfo
+		fi, err = a.stat(id, p, req.Op == wire.Stat)
+		if err == nil {
+			res.Info = &fi
+		}
+	case wire.ReadDir:
+		err = a.readDir(id, p, req.Limit, out)
+	case wire.MkdirAll:
+		err = a.fs.as(id, func() error { return os.MkdirAll(p, fs.FileMode(req.Perm&0o777)) })
+	case wire.RemoveAll:
+		err = a.fs.as(id, func() error {
+			var st unix.Stat_t
+			if err := unix.Lstat(p, &st); err != nil {
+				return err
+			}
+			return os.RemoveAll(p)
+		})
+	case wire.Untar:
+		in := &opInput{a: a, op: op}
+		err = a.fs.as(id, func() error {
+			return tarsafe.Extract(in, p, tarsafe.ExtractOptions{AnyLinkTarget: true, ExactDirModes: true})
+		})
+	case wire.Tar:
+		err = a.fs.as(id, func() error { return writeTar(out, p, req.Limit) })
+	default:
+		err = fmt.Errorf("agent: unknown file operation %q", req.Op)
+	}
+	if req.Op == wire.Read || req.Op == wire.ReadDir || req.Op == wire.Tar {
+		a.send(wire.Stdout, op.ch, nil) // end of output
+		res.Bytes = out.n
+	}
+	res.Err = fileErr(err)
+	return res
+}
+
+// fileErr describes err for the library.
+func fileErr(err error) *wire.FileError {
+	if err == nil {
+		return nil
+	}
+	fe := &wire.FileError{Text: err.Error()}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		fe.Errno = uint32(errno)
+	}
+	var c coded
+	if errors.As(err, &c) {
+		fe.Code = c.code
+	}
+	if errors.Is(err, tarsafe.ErrUnsafePath) {
+		fe.Code = wire.CodeBadName
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		fe.Path = []byte(pe.Path)
+	}
+	return fe
+}
+
+func tooLarge(limit int64) error {
+	return coded{wire.CodeTooLarge, fmt.Sprintf("more than %d bytes", limit)}
+}
+
+// openRegular opens the regular file p for reading, following symbolic
+// links, as id. Anything else is refused before a byte is read: a
+// directory (EISDIR), a device, FIFO or socket (a link to /dev/zero must
+// not stream for ever; opening does not block on a FIFO).
+func (a *agent) openRegular(id ident, p string, flags int) (*os.File, unix.Stat_t, error) {
+	var st unix.Stat_t
+	var fd int
+	err := a.fs.as(id, func() error {
+		var err error
+		fd, err = openNoMagic(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC|flags)
+		if err != nil {
+			return &fs.PathError{Op: "open", Path: p, Err: err}
+		}
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, st, err
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+	case unix.S_IFDIR:
+		unix.Close(fd)
+		return nil, st, syscall.EISDIR
+	default:
+		unix.Close(fd)
+		return nil, st, coded{wire.CodeNotRegular, typeName(st.Mode)}
+	}
+	unix.SetNonblock(fd, false)
+	return os.NewFile(uintptr(fd), p), st, nil
+}
+
+// openNoMagic opens p without following a "magic" link of /proc on the
+// way (such as /proc/self/fd/0, which would be the agent's own stdin):
+// ELOOP if there is one. Without openat2 (before Linux 5.6, gVisor, a
+// seccomp profile that refuses it) it opens p plainly; the sandbox user's
+// identity still keeps the agent's own /proc entries (root's, not
+// dumpable) out of reach, unless that user is root.
+func openNoMagic(p string, flags int) (int, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_NO_MAGICLINKS})
+	if err == unix.ENOSYS || err == unix.EPERM { // no openat2, or a seccomp profile without it
+
+		return unix.Open(p, flags, 0)
+	}
+	return fd, err
+}
+
+// typeName names the kind of a file that is not regular.
+func typeName(m uint32) string {
+	switch m & unix.S_IFMT {
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	case unix.S_IFIFO:
+		return "named pipe (FIFO)"
+	case unix.S_IFSOCK:
+		return "socket"
+	}
+	return fmt.Sprintf("file of type %#o", m&unix.S_IFMT)
+}
+
+// readFile sends the regular file p, refusing more than limit bytes.
+func (a *agent) readFile(id ident, p string, limit int64, out io.Writer) error {
+	f, st, err := a.openRegular(id, p, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if limit > 0 && st.Size > limit {
+		return tooLarge(limit)
+	}
+	var r io.Reader = f
+	if limit > 0 {
+		// Files such as those of /proc say size 0 and have more.
+		r = io.LimitReader(f, limit)
+	}
+	if _, err := io.Copy(out, r); err != nil {
+		return err
+	}
+	if limit > 0 {
+		var one [1]byte
+		if n, _ := f.Read(one[:]); n > 0 {
+			return tooLarge(limit)
+		}
+	}
+	return nil
+}
+
+// writeFile replaces the file p with the input: written to a new file in
+// the same directory, given permissions perm, then renamed over p. A
+// symbolic link or hard link at p is replaced, never written through;
+// readers see the old contents or the new, never a part.
+func (a *agent) writeFile(id ident, p string, perm uint32, in io.Reader) (int64, error) {
+	dir, base := path.Split(p)
+	if base == "" {
+		return 0, syscall.EISDIR
+	}
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	tmp := ".sandbox-write-" + hex.EncodeToString(rnd[:])
+	var dirfd, fd int
+	err := a.fs.as(id, func() error {
+		var err error
+		dirfd, err = unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			unix.Close(dirfd)
+			return syscall.EISDIR
+		}
+		fd, err = unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err == nil {
+			if err = unix.Fchmod(fd, perm&0o777); err != nil {
+				unix.Close(fd)
+				unix.Unlinkat(dirfd, tmp, 0)
+			}
+		}
+		if err != nil {
+			unix.Close(dirfd)
+		}
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	n, err := io.Copy(f, in)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	err2 := a.fs.as(id, func() error {
+		defer unix.Close(dirfd)
+		if err != nil {
+			unix.Unlinkat(dirfd, tmp, 0)
+			return nil
+		}
+		if err := unix.Renameat(dirfd, tmp, dirfd, base); err != nil {
+			unix.Unlinkat(dirfd, tmp, 0)
+			return err
+		}
+		return nil
+	})
+	if err == nil {
+		err = err2
+	}
+	return n, err
+}
+
+// stat describes p, following a final symbolic link if follow.
+func (a *agent) stat(id ident, p string, follow bool) (wire.FileInfo, error) {
+	var st unix.Stat_t
+	err := a.fs.as(id, func() error {
+		if follow {
+			return unix.Stat(p, &st)
+		}
+		return unix.Lstat(p, &st)
+	})
+	return info(&st), err
+}
+
+func info(st *unix.Stat_t) wire.FileInfo {
+	return wire.FileInfo{Mode: uint32(goMode(st.Mode)), Size: st.Size, Mtime: st.Mtim.Nano()}
+}
+
+// readDir sends the entries of directory p as wire directory records,
+// refusing listings of more than limit bytes.
+func (a *agent) readDir(id ident, p string, limit int64, out io.Writer) error {
+	var fd int
+	err := a.fs.as(id, func() error {
+		var err error
+		fd, err = unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	d := os.NewFile(uintptr(fd), p)
+	defer d.Close()
+	var total int64
+	var buf []byte
+	for {
+		ents, err := d.ReadDir(256)
+		if len(ents) > 0 {
+			buf = buf[:0]
+			a.fs.as(id, func() error {
+				for _, e := range ents {
+					var st unix.Stat_t
+					fi := wire.FileInfo{Mode: uint32(e.Type())}
+					if unix.Fstatat(fd, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+						fi = info(&st)
+					}
+					buf = wire.AppendDirRecord(buf, []byte(e.Name()), fi)
+				}
+				return nil
+			})
+			total += int64(len(buf))
+			if limit > 0 && total > limit {
+				return tooLarge(limit)
+			}
+			if _, err := out.Write(buf); err != nil {
+				return err
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// writeTar writes a tar archive of p (named base(p), and its tree if it is
+// a directory) to out: directories, regular files, symbolic links (not
+// followed) and hard links; other kinds of file are left out. At most
+// limit bytes of file contents are sent. It runs on a worker: every access
+// is the sandbox user's.
+func writeTar(out io.Writer, p string, limit int64) error {
+	tw := tar.NewWriter(out)
+	t := &tarWalk{tw: tw, limit: limit, links: map[[2]uint64]string{}}
+	if err := t.add(p, path.Base(p)); err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+type tarWalk struct {
+	tw    *tar.Writer
+	limit int64
+	bytes int64
+	links map[[2]uint64]string // device and inode of files with several links: first name
+}
+
+func (t *tarWalk) add(p, name string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return &fs.PathError{Op: "lstat", Path: p, Err: err}
+	}
+	mode := goMode(st.Mode)
+	hdr := &tar.Header{
+		Name: name, Mode: int64(mode.Perm()), ModTime: unixTime(st.Mtim),
+		Uid: int(st.Uid), Gid: int(st.Gid), Format: tar.FormatPAX,
+	}
+	switch {
+	case mode.IsDir():
+		hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
+		if err := t.tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		d, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		names, err := d.Readdirnames(-1)
+		d.Close()
+		if err != nil {
+			return &fs.PathError{Op: "readdir", Path: p, Err: err}
+		}
+		for _, n := range names {
+			if err := t.add(path.Join(p, n), name+"/"+n); err != nil {
+				return err
+			}
+		}
+		return nil
+	case mode&fs.ModeSymlink != 0:
+		target, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
+		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
+		return t.tw.WriteHeader(hdr)
+	case !mode.IsRegular():
+		return nil // devices, FIFOs, sockets
+	}
+	key := [2]uint64{uint64(st.Dev), st.Ino}
+	if st.Nlink > 1 {
+		if first, ok := t.links[key]; ok {
+			hdr.Typeflag, hdr.Linkname = tar.TypeLink, first
+			return t.tw.WriteHeader(hdr)
+		}
+	}
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil // replaced meanwhile by something else
+	}
+	unix.SetNonblock(fd, false)
+	if t.limit > 0 && st.Size > t.limit-t.bytes {
+		return &fs.PathError{Op: "copy", Path: p, Err: tooLarge(t.limit)}
+	}
+	t.bytes += st.Size
+	if st.Nlink > 1 {
+		t.links[key] = name
+	}
+	hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
+	if err := t.tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	// Exactly the size announced: a file that grows is cut, one that
+	// shrinks is padded with zeros.
+	n, err := io.CopyN(t.tw, f, st.Size)
+	if err == io.EOF {
+		_, err = io.CopyN(t.tw, zeros{}, st.Size-n)
+	}
+	return err
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+func unixTime(ts unix.Timespec) time.Time { return time.Unix(ts.Sec, ts.Nsec) }
+
+// goMode converts a Unix file mode to an io/fs one (as package os does).
+func goMode(m uint32) fs.FileMode {
+	mode := fs.FileMode(m & 0o777)
+	switch m & unix.S_IFMT {
+	case unix.S_IFBLK:
+		mode |= fs.ModeDevice
+	case unix.S_IFCHR:
+		mode |= fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFDIR:
+		mode |= fs.ModeDir
+	case unix.S_IFIFO:
+		mode |= fs.ModeNamedPipe
+	case unix.S_IFLNK:
+		mode |= fs.ModeSymlink
+	case unix.S_IFSOCK:
+		mode |= fs.ModeSocket
+	case unix.S_IFREG:
+	default:
+		mode |= fs.ModeIrregular
+	}
+	if m&unix.S_ISUID != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if m&unix.S_ISGID != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if m&unix.S_ISVTX != 0 {
+		mode |= fs.ModeSticky
+	}
+	return mode
+}
