@@ -160,28 +160,27 @@ func (s *Sandbox) ReadFile(ctx context.Context, name string) ([]byte, error) {
 }
 
 func (s *Sandbox) readFile(ctx context.Context, p string) ([]byte, error) {
-	limit := s.readLimit()
-	var buf bytes.Buffer
-	_, err := s.fileOp(ctx, wire.FileRequest{Op: wire.Read, Path: []byte(p), Limit: limit},
-		func(op *agentconn.FileOp) error { return readAll(&buf, op, limit) })
+	data, err := s.readOutput(ctx, wire.FileRequest{Op: wire.Read, Path: []byte(p)})
 	if err != nil {
 		return nil, err
 	}
-	return buf.Bytes(), nil
+	return data, nil
 }
 
-// readAll reads op's output into buf, refusing more than limit bytes (0:
-// no limit).
-func readAll(buf *bytes.Buffer, op *agentconn.FileOp, limit int64) error {
-	var r io.Reader = op
-	if limit > 0 {
-		r = io.LimitReader(op, limit+1)
-	}
-	n, err := buf.ReadFrom(r)
-	if err == nil && limit > 0 && n > limit {
-		return fmt.Errorf("%w: more than %d bytes", ErrFileTooLarge, limit)
-	}
-	return err
+// readOutput runs a file operation with output and returns the output, of
+// at most readLimit bytes.
+func (s *Sandbox) readOutput(ctx context.Context, req wire.FileRequest) ([]byte, error) {
+	req.Limit = s.readLimit()
+	var data []byte
+	_, err := s.fileOp(ctx, req, func(op *agentconn.FileOp) error {
+		var err error
+		data, err = op.ReadAll(req.Limit)
+		if errors.Is(err, agentconn.ErrTooMuch) {
+			err = fmt.Errorf("%w: more than %d bytes", ErrFileTooLarge, req.Limit)
+		}
+		return err
+	})
+	return data, err
 }
 
 // Stat returns information about the named file, following symbolic links.
@@ -244,15 +243,12 @@ func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.DirEntry, erro
 }
 
 func (s *Sandbox) readDir(ctx context.Context, p string) ([]fs.DirEntry, error) {
-	limit := s.readLimit()
-	var buf bytes.Buffer
-	_, err := s.fileOp(ctx, wire.FileRequest{Op: wire.ReadDir, Path: []byte(p), Limit: limit},
-		func(op *agentconn.FileOp) error { return readAll(&buf, op, limit) })
+	list, err := s.readOutput(ctx, wire.FileRequest{Op: wire.ReadDir, Path: []byte(p)})
 	if err != nil {
 		return nil, err
 	}
 	var ents []fs.DirEntry
-	for b := buf.Bytes(); len(b) > 0; {
+	for b := list; len(b) > 0; {
 		name, fi, rest, ok := wire.ParseDirRecord(b)
 		if !ok {
 			return nil, errors.New("sandbox: readdir: malformed listing from the agent")

@@ -27,7 +27,6 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/agentsandbox/sandbox/internal/agentconn"
 	"github.com/agentsandbox/sandbox/internal/disk"
@@ -509,13 +508,8 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 	}
 	// The attach stream multiplexes the agent's stdout (frames) and
 	// stderr (its complaints, kept for errors).
-	pr, pw := io.Pipe()
 	s.stderr = &tail{}
-	go func() {
-		_, err := stdcopy.StdCopy(pw, s.stderr, s.attach.Reader)
-		pw.CloseWithError(err)
-	}()
-	s.agent = agentconn.Start(agentStream{s.attach}, pr, s.cfg.timeout)
+	s.agent = agentconn.Start(agentStream{s.attach}, engine.Demux(s.attach.Reader, s.stderr), s.cfg.timeout)
 	if err := s.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
 		return s.engineErr("start container", err)
 	}

@@ -201,7 +201,7 @@ func (a *agent) runFile(op *fileOp, req wire.FileRequest) wire.FileResult {
 	out := &opOutput{a: a, op: op}
 	switch req.Op {
 	case wire.Read:
-		err = a.readFile(id, p, req.Limit, out)
+		err = a.readFile(op.ch, id, p, req.Limit, out)
 	case wire.Write:
 		res.Bytes, err = a.writeFile(id, p, req.Perm, &opInput{a: a, op: op})
 	case wire.Stat, wire.Lstat:
@@ -334,7 +334,7 @@ func typeName(m uint32) string {
 }
 
 // readFile sends the regular file p, refusing more than limit bytes.
-func (a *agent) readFile(id ident, p string, limit int64, out io.Writer) error {
+func (a *agent) readFile(ch uint32, id ident, p string, limit int64, out io.Writer) error {
 	f, st, err := a.openRegular(id, p, 0)
 	if err != nil {
 		return err
@@ -343,12 +343,13 @@ func (a *agent) readFile(id ident, p string, limit int64, out io.Writer) error {
 	if limit > 0 && st.Size > limit {
 		return tooLarge(limit)
 	}
+	a.sendJSON(wire.Started, ch, wire.Start{Size: st.Size})
 	var r io.Reader = f
 	if limit > 0 {
 		// Files such as those of /proc say size 0 and have more.
 		r = io.LimitReader(f, limit)
 	}
-	if _, err := io.Copy(out, r); err != nil {
+	if _, err := io.CopyBuffer(out, r, make([]byte, wire.MaxData)); err != nil {
 		return err
 	}
 	if limit > 0 {

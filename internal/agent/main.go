@@ -67,6 +67,11 @@ func main() {
 		for range drop {
 		}
 	}()
+	// Larger pipes to and from the engine (containerd's FIFOs): fewer
+	// wake-ups per megabyte of a file or of output. Best effort.
+	for _, fd := range []int{0, 1} {
+		unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, 1<<20)
+	}
 	runtime.GOMAXPROCS(2)
 	prewarmThreads(6)
 	debug.SetMemoryLimit(64 << 20)

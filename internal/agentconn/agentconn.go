@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentsandbox/sandbox/internal/wire"
@@ -62,6 +63,7 @@ type channel struct {
 
 	end      chan struct{} // file operations: closed when Done or Failed came
 	endFrame wire.Frame    // set before end is closed
+	size     atomic.Int64  // file Read: the size the agent announced
 }
 
 // Start runs the Conn's reader on r, the agent's stdout (demultiplexed
@@ -160,6 +162,11 @@ func (c *Conn) dispatch(f wire.Frame) {
 	}
 	if ch.end != nil {
 		switch f.Kind {
+		case wire.Started:
+			var st wire.Start
+			json.Unmarshal(f.Data, &st)
+			ch.size.Store(st.Size)
+			return
 		case wire.Done, wire.Failed:
 			select {
 			case <-ch.end:

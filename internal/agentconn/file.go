@@ -1,6 +1,7 @@
 package agentconn
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -98,6 +99,40 @@ func (o *FileOp) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// ReadAll reads the output to its end. More than limit bytes (0: no
+// limit) is ErrTooMuch.
+func (o *FileOp) ReadAll(limit int64) ([]byte, error) {
+	first := make([]byte, 32<<10)
+	n, err := io.ReadFull(o, first)
+	switch {
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		return first[:n], nil
+	case err != nil:
+		return nil, err
+	}
+	// A Read's announced size came before its data: room for all of it.
+	size := max(o.ch.size.Load(), int64(n))
+	if limit > 0 {
+		size = min(size, limit)
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size+1))
+	buf.Write(first)
+	var r io.Reader = o
+	if limit > 0 {
+		r = io.LimitReader(o, limit+1-int64(n))
+	}
+	if _, err := buf.ReadFrom(r); err != nil {
+		return nil, err
+	}
+	if limit > 0 && int64(buf.Len()) > limit {
+		return nil, fmt.Errorf("%w: more than %d bytes", ErrTooMuch, limit)
+	}
+	return buf.Bytes(), nil
+}
+
+// ErrTooMuch is returned by ReadAll for output over its limit.
+var ErrTooMuch = errors.New("agentconn: output over the limit")
 
 // Result waits for the operation's outcome.
 func (o *FileOp) Result() (wire.FileResult, error) {

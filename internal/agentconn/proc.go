@@ -150,7 +150,7 @@ func (p *Proc) Close() {
 // stream is output received and not yet read.
 type stream struct {
 	mu   sync.Mutex
-	buf  []byte
+	bufs [][]byte // frames' payloads, not yet read (owned: ReadFrame allocates each)
 	err  error
 	wake chan struct{}
 	ack  func(n int)
@@ -163,7 +163,7 @@ func newStream(ack func(int)) *stream {
 func (s *stream) add(b []byte) {
 	s.mu.Lock()
 	if s.err == nil {
-		s.buf = append(s.buf, b...)
+		s.bufs = append(s.bufs, b)
 	}
 	s.mu.Unlock()
 	s.notify()
@@ -198,11 +198,11 @@ func (s *stream) Read(p []byte) (int, error) {
 // there is neither yet.
 func (s *stream) tryRead(p []byte) (n int, ok bool, err error) {
 	s.mu.Lock()
-	if len(s.buf) > 0 {
-		n := copy(p, s.buf)
-		s.buf = s.buf[n:]
-		if len(s.buf) == 0 {
-			s.buf = nil
+	if len(s.bufs) > 0 {
+		n := copy(p, s.bufs[0])
+		if s.bufs[0] = s.bufs[0][n:]; len(s.bufs[0]) == 0 {
+			s.bufs[0] = nil
+			s.bufs = s.bufs[1:]
 		}
 		ended := s.err != nil
 		s.mu.Unlock()

@@ -183,9 +183,12 @@ type ExecRequest struct {
 	Stdin bool     // stdin comes in Stdin frames; without it, stdin is /dev/null
 }
 
-// Start says a command runs.
+// Start says a command runs; for a file Read, it comes before the data
+// and gives the file's size (a hint: the file may change meanwhile, and
+// files of /proc say 0).
 type Start struct {
-	PID int
+	PID  int   `json:",omitempty"`
+	Size int64 `json:",omitempty"`
 }
 
 // Exit says how a command ended.
