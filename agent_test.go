@@ -20,7 +20,7 @@ func TestAgentUntouchable(t *testing.T) {
 	t.Parallel()
 	sb := newSandbox(t)
 	const opens = `
-for f in /proc/1/fd/0 /proc/1/fd/1 /proc/1/fd/2 /proc/1/environ /proc/1/mem /proc/1/root/; do
+for f in /proc/1/fd/0 /proc/1/fd/1 /proc/1/fd/2 /proc/1/environ /proc/1/mem /proc/1/root/ /proc/1/task/*/fd/0 /proc/1/task/*/mem; do
 	( : <$f ) 2>/dev/null && echo "opened $f"
 done
 ( : >/proc/1/fd/0 ) 2>/dev/null && echo "opened the agent's stdin for writing"
@@ -29,7 +29,16 @@ echo done`
 for s in STOP KILL TERM INT QUIT HUP USR1 USR2 PIPE ALRM TSTP; do
 	kill -$s 1 2>/dev/null && echo "sent $s"
 done
+# Every thread too: those that run file operations take on the sandbox
+# user's effective identity, but keep root as real and saved user.
+for t in /proc/1/task/*; do
+	kill -STOP ${t##*/} 2>/dev/null && echo "stopped thread ${t##*/}"
+done
 echo done`
+	// A file operation first: a worker thread takes on the sandbox user.
+	if err := sb.WriteFile(testCtx(t), "warm", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, user := range []string{"", "0", "1234:1234"} {
 		run := func(script string) string {
 			c := sb.Command(testCtx(t), "sh", "-c", script)
@@ -51,6 +60,13 @@ echo done`
 			t.Errorf("as user %q, after signals (%q): the agent is %q", user, out, st)
 		}
 		assertAlive(t, sb)
+		// File operations (the agent's worker threads) still work.
+		if err := sb.WriteFile(testCtx(t), "alive", []byte(user), 0o644); err != nil {
+			t.Errorf("as user %q, after signals: WriteFile: %v", user, err)
+		}
+		if got, err := sb.ReadFile(testCtx(t), "alive"); err != nil || string(got) != user {
+			t.Errorf("as user %q, after signals: ReadFile: %q, %v", user, got, err)
+		}
 		out = run(`grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs)' /proc/self/status`)
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 			k, v, _ := strings.Cut(line, ":")

@@ -56,9 +56,14 @@
 // # Files
 //
 // WriteFile, ReadFile, Stat, ReadDir, MkdirAll and Remove work on single
-// paths; CopyIn and CopyOut move trees; FS returns an fs.FS view. CopyOut
-// never writes outside the host directory it is given, whatever the
-// sandbox's code planted (symbolic links to "/", "../" names).
+// paths; CopyIn and CopyOut move trees; FS returns an fs.FS view. The
+// sandbox's agent carries them out as the sandbox user, so the kernel
+// checks every access as for that user's commands, and links resolve
+// inside the sandbox. Reads take regular files only (a link to /dev/zero
+// gives ErrNotRegular) and at most Limits.FileSize bytes
+// (ErrFileTooLarge). CopyOut never writes outside the host directory it is
+// given, whatever the sandbox's code planted (symbolic links to "/", "../"
+// names).
 //
 // # Lifetime and cleanup
 //
