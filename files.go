@@ -64,10 +64,16 @@ func (s *Sandbox) fileOp(ctx context.Context, req wire.FileRequest, body func(*a
 	defer op.Close()
 	if body != nil {
 		if err := body(op); err != nil {
-			if !op.Ended() {
+			if !op.Finishing() {
 				return wire.FileResult{}, s.fileConnErr(string(req.Op), err)
 			}
-			// The operation ended first: its result says why.
+			// The operation ended first (a cut archive, input refused):
+			// its result says why, unless it succeeded.
+			res, rerr := op.Result()
+			if rerr == nil && res.Err != nil {
+				return res, resultErr(res.Err, string(req.Path))
+			}
+			return res, s.fileConnErr(string(req.Op), err)
 		}
 	}
 	res, err := op.Result()

@@ -989,6 +989,14 @@ chmod 600 out/sub/deep/rand.bin && printf bad > "out/$(printf '%b' 'x\0377y')" &
 			t.Errorf("CopyOut(unreadable) = %#v, want an *fs.PathError for fs.ErrPermission", err)
 		}
 		ftExec(t, sb, "rm out/unreadable")
+		// Deep in a tree, after files that were copied.
+		ftExec(t, sb, "mkdir -p tree/a && printf ok > tree/a/1 && printf no > tree/a/2 && chmod 000 tree/a/2")
+		tree := t.TempDir()
+		err = sb.CopyOut(ctx, "tree", tree)
+		if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), "tree/a/2") {
+			t.Errorf("CopyOut(tree) with an unreadable file inside = %v, want fs.ErrPermission naming tree/a/2", err)
+		}
+		ftExec(t, sb, "rm -r tree")
 		if got := ftHostTree(t, host); len(got) != 1 {
 			t.Errorf("host dir not empty after errors: %q", got)
 		}

@@ -22,6 +22,8 @@ type FileOp struct {
 	ctx context.Context
 	id  uint32
 	ch  *channel
+
+	outEnded bool // Read saw the end of the output
 }
 
 // File sends a file operation's request. Operations with input (wire.Write,
@@ -94,11 +96,17 @@ func (o *FileOp) CloseInput() error {
 // Read reads output; io.EOF at its end.
 func (o *FileOp) Read(p []byte) (int, error) {
 	n, err := o.ch.out[0].readWithin(o.ctx, p, o.c.timeout, o.c.done)
-	if err != nil && err != io.EOF {
+	if err == io.EOF {
+		o.outEnded = true
+	} else if err != nil {
 		err = o.c.wrapWait(err, "output")
 	}
 	return n, err
 }
+
+// Finishing reports whether the operation has ended or is about to: its
+// result has come, or its output has ended (the result follows at once).
+func (o *FileOp) Finishing() bool { return o.outEnded || o.Ended() }
 
 // ReadAll reads the output to its end. More than limit bytes (0: no
 // limit) is ErrTooMuch.
