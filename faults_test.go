@@ -608,7 +608,7 @@ func TestFaultForkFromKilledSource(t *testing.T) {
 
 // TestFaultForkKilledWhileForking: one of the new sandboxes is killed,
 // removed or paused while Fork restores the snapshot's files into it (when
-// its archive upload goes by). Fork fails naming the fork (ErrSandboxGone
+// the restore's helper container is created). Fork fails naming the fork (ErrSandboxGone
 // for kill/remove) or, for pause, at least returns; nothing is left.
 func TestFaultForkKilledWhileForking(t *testing.T) {
 	cli := engineClient(t)
@@ -630,13 +630,21 @@ func TestFaultForkKilledWhileForking(t *testing.T) {
 			before := takeInventory(t, cli)
 			var victim atomic.Value
 			p.OnRequest(func(r faultproxy.Request) {
-				id, rest := containerOf(r.Path)
-				if r.Method != "PUT" || rest != "archive" || id == src.ID() || victim.Load() != nil {
+				// The restore starts by creating a helper named after the
+				// fork it fills ("NAME-restore").
+				_, query, _ := strings.Cut(r.Path, "?name=")
+				name, ok := strings.CutSuffix(query, "-restore")
+				if r.Method != "POST" || !strings.Contains(r.Path, "/containers/create") || !ok || victim.Load() != nil {
 					return
 				}
-				victim.Store(id)
-				if err := f.apply(context.Background(), cli, id); err != nil {
-					t.Errorf("%s %s: %v", f.name, shortID(id), err)
+				info, err := cli.ContainerInspect(context.Background(), name)
+				if err != nil {
+					t.Errorf("inspect fork %s: %v", name, err)
+					return
+				}
+				victim.Store(info.ID)
+				if err := f.apply(context.Background(), cli, info.ID); err != nil {
+					t.Errorf("%s %s: %v", f.name, shortID(info.ID), err)
 				}
 			})
 			defer p.OnRequest(nil)
@@ -1121,18 +1129,6 @@ func TestFaultCancelEveryStep(t *testing.T) {
 			t.Errorf("%s never got through without a cancel in 100 steps", tc.name)
 		})
 	}
-}
-
-// containerOf returns the container ID and the rest of an API path
-// ".../containers/ID/REST?query", or "" if it is not one.
-func containerOf(p string) (id, rest string) {
-	i := strings.Index(p, "/containers/")
-	if i < 0 {
-		return "", ""
-	}
-	p, _, _ = strings.Cut(p[i+len("/containers/"):], "?")
-	id, rest, _ = strings.Cut(p, "/")
-	return id, rest
 }
 
 // trimVersion drops the "/v1.41" prefix and the query of an API path, and

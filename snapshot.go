@@ -12,15 +12,16 @@ import (
 	"path"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/agentsandbox/sandbox/internal/agentconn"
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/leftover"
+	"github.com/agentsandbox/sandbox/internal/wire"
 )
 
 // snapshotDir is where a snapshot image keeps the working directory; a
@@ -38,15 +39,18 @@ const forkConcurrency = 8
 // it. A Snapshot is safe for concurrent use.
 //
 // A snapshot captures:
-//   - the working directory, whole (files, directories, symbolic links,
-//     permissions and owners), which is also HOME, so packages installed
-//     with pip install --user and tools' dotfiles are kept;
+//   - the working directory, whole (files, directories, empty ones too,
+//     symbolic links whatever they point to, hard links, permissions and
+//     modification times of files), which is also HOME, so packages
+//     installed with pip install --user, virtual environments and tools'
+//     dotfiles are kept; restored files belong to the sandbox user;
 //   - the settings: image, limits, user, working directory, environment
 //     (WithEnv), runtime and labels.
 //
 // It does not capture running processes, /tmp (a tmpfs) or anything else
 // outside the working directory (the root filesystem is read-only, so
-// nothing else can have changed), or open connections. Restored sandboxes
+// nothing else can have changed), open connections, or FIFOs, sockets and
+// devices in the working directory. Restored sandboxes
 // log to the source's logger unless given WithLogger.
 type Snapshot struct {
 	id   string
@@ -234,7 +238,7 @@ func rebase(w io.Writer, r io.Reader, from, to string, parents bool) error {
 // read from it, so writing into the container being read would deadlock as
 // soon as the files outgrow the connection's buffers.
 func (s *Sandbox) restoreWorkdir(ctx context.Context) error {
-	srcName := objectName("snapshot-read")
+	srcName := s.name + "-restore"
 	dctx, cancel := detached(ctx)
 	src, err := s.cli.ContainerCreate(dctx, &container.Config{
 		Image:      s.cfg.image,
@@ -254,12 +258,18 @@ func (s *Sandbox) restoreWorkdir(ctx context.Context) error {
 		return s.engineErr("restore: read snapshot", err)
 	}
 	defer rc.Close()
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(rebase(pw, rc, path.Base(snapshotDir), "", false)) }()
-	err = s.copyTo(ctx, s.id, s.cfg.workdir, pr)
-	pr.CloseWithError(errors.New("aborted"))
+	// Into the sandbox through its agent, which extracts as the sandbox
+	// user and keeps every link as it was: the engine's archive upload
+	// refuses links that point outside the directory it extracts into
+	// ("cache -> ../tmp", "python -> /usr/bin/python3").
+	_, err = s.fileOp(ctx, wire.FileRequest{Op: wire.Untar, Path: []byte(s.cfg.workdir)}, func(op *agentconn.FileOp) error {
+		if err := rebase(op, rc, path.Base(snapshotDir), "", false); err != nil {
+			return err
+		}
+		return op.CloseInput()
+	})
 	if err != nil {
-		return s.pathErr("restore", s.cfg.workdir, err)
+		return &fs.PathError{Op: "restore", Path: s.cfg.workdir, Err: err}
 	}
 	return nil
 }
@@ -410,45 +420,4 @@ func (sn *Snapshot) deleteImage(ctx context.Context) error {
 		}
 		time.Sleep(delay)
 	}
-}
-
-// pathErr wraps an engine error for a file operation.
-func (s *Sandbox) pathErr(op, name string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return err
-	}
-	if c := s.check(); c != nil {
-		return &fs.PathError{Op: op, Path: name, Err: c}
-	}
-	msg := err.Error()
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-	case strings.Contains(msg, "No such container"), engine.IsUnreachable(err):
-		err = s.engineErr(op, err)
-	case strings.Contains(msg, "Could not find the file"), strings.Contains(msg, "no such file"),
-		strings.Contains(msg, "not found"):
-		err = fs.ErrNotExist
-	case strings.Contains(msg, "read-only"):
-		err = syscall.EROFS
-	case strings.Contains(msg, "not a directory"):
-		err = syscall.ENOTDIR
-	case strings.Contains(msg, "no space left"):
-		err = syscall.ENOSPC
-	case strings.Contains(msg, "too many links"):
-		err = syscall.ELOOP
-	case engine.IsConflict(err): // a paused container, for one
-		err = s.engineErr(op, err)
-	case engine.IsNotFound(err):
-		// A stat (HEAD request) 404 comes without a message.
-		if s.goneNow() {
-			err = s.engineErr(op, err)
-		} else {
-			err = fs.ErrNotExist
-		}
-	}
-	return &fs.PathError{Op: op, Path: name, Err: err}
 }

@@ -105,6 +105,10 @@ ln -s a/b/c/deep.txt rel-link
 ln -s /etc/passwd abs-link
 ln -s does/not/exist dangling
 ln -s a dirlink
+ln -s ../tmp cache
+ln -s ../../etc/passwd a/up-and-out
+mkdir locked && echo in > locked/f && chmod 555 locked
+printf none > unreadable && chmod 000 unreadable
 ln a/b/c/deep.txt hard
 printf spaces > 'name with spaces'
 printf newline > "$(printf 'odd name\nwith newline')"
@@ -134,6 +138,10 @@ func TestSnapshotContent(t *testing.T) {
 		"./rel-link -> a/b/c/deep.txt",
 		"./abs-link -> /etc/passwd",
 		"./dangling -> does/not/exist",
+		"./cache -> ../tmp",
+		"./a/up-and-out -> ../../etc/passwd",
+		"./locked|directory|555|1000:1000",
+		"./unreadable|regular file|0|1000:1000|4|1|",
 		"./odd name\n", // sort splits the line with the newline
 		"\nwith newline|regular file|644|1000:1000|7|1|",
 	} {

@@ -225,7 +225,7 @@ func (a *agent) runFile(op *fileOp, req wire.FileRequest) wire.FileResult {
 	case wire.Untar:
 		in := &opInput{a: a, op: op}
 		err = a.fs.as(id, func() error {
-			return tarsafe.Extract(in, p, tarsafe.ExtractOptions{AnyLinkTarget: true, ExactDirModes: true})
+			return tarsafe.Extract(in, p, tarsafe.ExtractOptions{Faithful: true})
 		})
 	case wire.Tar:
 		err = a.fs.as(id, func() error { return writeTar(out, p, req.Limit) })

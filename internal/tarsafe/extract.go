@@ -42,17 +42,16 @@ type ExtractOptions struct {
 	MaxBytes int64
 	// MaxEntries caps the number of tar headers, skipped ones included.
 	MaxEntries int
-	// AnyLinkTarget stores symlinks with whatever target they have,
-	// absolute or climbing out, as written. It is for extraction inside a
-	// sandbox, where a link cannot lead anywhere the sandbox's user could
-	// not go anyway; entries are still never created through such a link.
-	AnyLinkTarget bool
-	// ExactDirModes gives directories exactly the header's permission bits
-	// (not 0755 plus them). They are applied once the stream has ended, so
-	// that a directory without write permission can still be filled; an
-	// owner who lacks the permission to fill it otherwise (no
-	// CAP_DAC_OVERRIDE) needs this.
-	ExactDirModes bool
+	// Faithful extracts what the archive says, for extraction inside a
+	// sandbox, where nothing can lead anywhere the sandbox's user could not
+	// go anyway: symlinks keep whatever target they have (absolute, or
+	// climbing out), with their modification times; directories get
+	// exactly the header's permission, sticky and setgid bits (not 0755
+	// plus them), applied once the stream has ended, so that a directory
+	// without write permission can still be filled by an owner without
+	// CAP_DAC_OVERRIDE. Entries are still never created through a link
+	// that leads outside dir.
+	Faithful bool
 }
 
 // Extract unpacks the tar stream r (for example the body of Docker's
@@ -86,7 +85,7 @@ func Extract(r io.Reader, dir string, opt ExtractOptions) error {
 		return fmt.Errorf("tarsafe: %w", err)
 	}
 	defer root.Close()
-	x := &extractor{root: root, tr: tar.NewReader(r), opt: opt, files: map[string]bool{}}
+	x := &extractor{root: root, tr: tar.NewReader(r), opt: opt, files: map[string]bool{}, dir: dir}
 	for n := 1; ; n++ {
 		hdr, err := x.tr.Next()
 		if err == io.EOF {
@@ -112,7 +111,8 @@ type extractor struct {
 	opt   ExtractOptions
 	bytes int64           // regular-file bytes written so far
 	files map[string]bool // real paths of regular files extracted so far
-	dirs  []dirMode       // with ExactDirModes: modes to set at the end
+	dirs  []dirMode       // Faithful: directory modes to set at the end
+	dir   string          // the destination
 }
 
 type dirMode struct {
@@ -120,7 +120,7 @@ type dirMode struct {
 	perm fs.FileMode
 }
 
-// dirModes sets the modes of ExactDirModes, deepest directories first.
+// dirModes sets the directory modes of Faithful, deepest directories first.
 func (x *extractor) dirModes() error {
 	for i := len(x.dirs) - 1; i >= 0; i-- {
 		if err := x.root.Chmod(x.dirs[i].name, x.dirs[i].perm); err != nil {
@@ -183,8 +183,8 @@ func (x *extractor) entry(hdr *tar.Header) error {
 
 	switch hdr.Typeflag {
 	case tar.TypeDir:
-		if x.opt.ExactDirModes {
-			x.dirs = append(x.dirs, dirMode{dst, perm})
+		if x.opt.Faithful {
+			x.dirs = append(x.dirs, dirMode{dst, hdr.FileInfo().Mode() & (fs.ModePerm | fs.ModeSticky | fs.ModeSetgid)})
 			perm |= 0o700
 		} else {
 			perm |= 0o755
@@ -200,11 +200,15 @@ func (x *extractor) entry(hdr *tar.Header) error {
 		return x.root.Chmod(dst, perm)
 
 	case tar.TypeSymlink:
-		if x.opt.AnyLinkTarget && hdr.Linkname != "" && !strings.ContainsRune(hdr.Linkname, 0) {
+		if x.opt.Faithful && hdr.Linkname != "" && !strings.ContainsRune(hdr.Linkname, 0) {
 			if err := x.remove(dst); err != nil {
 				return err
 			}
-			return x.root.Symlink(hdr.Linkname, dst)
+			if err := x.root.Symlink(hdr.Linkname, dst); err != nil {
+				return err
+			}
+			// dst was resolved: no link on the way to it.
+			return lchtimes(filepath.Join(x.dir, filepath.FromSlash(dst)), hdr.ModTime)
 		}
 		if hdr.Linkname == "" || path.IsAbs(hdr.Linkname) || filepath.IsAbs(hdr.Linkname) {
 			return unsafe("absolute or empty symlink target %q", hdr.Linkname)

@@ -639,3 +639,51 @@ func FuzzExtract(f *testing.F) {
 		_ = err
 	})
 }
+
+// TestExtractFaithful: with Faithful, links keep any target and their
+// times, directories get exactly their header's bits (sticky included),
+// set once everything is in them, and entries still never go through a
+// link that leads out.
+func TestExtractFaithful(t *testing.T) {
+	dest := t.TempDir()
+	ro := dirEnt("ro")
+	ro.mode = 0o555
+	sticky := dirEnt("sticky")
+	sticky.mode = 0o1777
+	data := mktar(t, ro, file("ro/f", "in a read-only dir"), sticky,
+		symlink("abs", "/usr/bin/python3"), symlink("up", "../tmp"), symlink("ro/up2", "../../etc/passwd"))
+	if err := Extract(bytes.NewReader(data), dest, ExtractOptions{Faithful: true}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"abs": "/usr/bin/python3", "up": "../tmp", "ro/up2": "../../etc/passwd"} {
+		p := filepath.Join(dest, name)
+		if got, err := os.Readlink(p); err != nil || got != want {
+			t.Errorf("link %s -> %q, %v; want %q", name, got, err, want)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil || st.Mtim.Sec != testTime.Unix() {
+			t.Errorf("link %s mtime %d, %v; want %d", name, st.Mtim.Sec, err, testTime.Unix())
+		}
+	}
+	for name, want := range map[string]fs.FileMode{"ro": fs.ModeDir | 0o555, "sticky": fs.ModeDir | fs.ModeSticky | 0o777} {
+		fi, err := os.Lstat(filepath.Join(dest, name))
+		if err != nil || fi.Mode() != want {
+			t.Errorf("%s: mode %v, %v; want %v", name, fi.Mode(), err, want)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dest, "ro/f")); err != nil || string(b) != "in a read-only dir" {
+		t.Errorf("ro/f: %q, %v", b, err)
+	}
+	os.Chmod(filepath.Join(dest, "ro"), 0o755) // for TempDir's cleanup
+
+	// Through a link that leads out: refused, nothing written outside.
+	dest2 := t.TempDir()
+	data = mktar(t, symlink("out", "/"), file("out/pwned", "x"))
+	err := Extract(bytes.NewReader(data), dest2, ExtractOptions{Faithful: true})
+	if !errors.Is(err, ErrUnsafePath) {
+		t.Errorf("entry through an absolute link: %v, want ErrUnsafePath", err)
+	}
+	if _, err := os.Lstat("/pwned"); err == nil {
+		t.Errorf("/pwned was created")
+	}
+}
