@@ -25,6 +25,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -815,7 +816,9 @@ func TestNetworkExpose(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 	open.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadAll(open); err != nil {
+	// Closed either way: an orderly end or a reset (the proxy may close
+	// with the request still unread, which makes the kernel send RST).
+	if _, err := io.ReadAll(open); err != nil && !errors.Is(err, syscall.ECONNRESET) {
 		t.Errorf("the open connection was not closed by Close: %v", err)
 	}
 	for _, x := range []string{u, u2} {
