@@ -10,6 +10,7 @@ package tarsafe
 
 import (
 	"archive/tar"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -52,6 +53,11 @@ type ExtractOptions struct {
 	// CAP_DAC_OVERRIDE. Entries are still never created through a link
 	// that leads outside dir.
 	Faithful bool
+	// SkipLink, when set, is called for each symbolic link that would
+	// otherwise stop Extract with ErrUnsafePath (its target absolute,
+	// empty or leading outside dir), with the entry's cleaned name and
+	// the target; the link is not created and extraction goes on.
+	SkipLink func(name, target string)
 }
 
 // Extract unpacks the tar stream r (for example the body of Docker's
@@ -210,18 +216,12 @@ func (x *extractor) entry(hdr *tar.Header) error {
 			// dst was resolved: no link on the way to it.
 			return lchtimes(filepath.Join(x.dir, filepath.FromSlash(dst)), hdr.ModTime)
 		}
-		if hdr.Linkname == "" || path.IsAbs(hdr.Linkname) || filepath.IsAbs(hdr.Linkname) {
-			return unsafe("absolute or empty symlink target %q", hdr.Linkname)
+		target, err := x.linkTarget(parent, hdr.Linkname)
+		if errors.Is(err, ErrUnsafePath) && x.opt.SkipLink != nil {
+			x.opt.SkipLink(name, hdr.Linkname)
+			return nil
 		}
-		// Cleaning leaves ".." only at the front, and they climb from the
-		// symlink-free parent, so the lexical check below is exact for
-		// them; what follows only descends, and resolve checks it.
-		target := path.Clean(hdr.Linkname)
-		full := path.Join(parent, target)
-		if !local(full) {
-			return unsafe("symlink target %q escapes", hdr.Linkname)
-		}
-		if _, err := resolve(x.root, full); err != nil {
+		if err != nil {
 			return err
 		}
 		if err := x.remove(dst); err != nil {
@@ -263,7 +263,7 @@ func (x *extractor) entry(hdr *tar.Header) error {
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(f, x.tr)
+	err = writeSparse(f, x.tr)
 	if err == nil {
 		err = f.Chmod(perm) // on the descriptor: no umask, no path race
 	}
@@ -275,6 +275,69 @@ func (x *extractor) entry(hdr *tar.Header) error {
 	}
 	x.files[dst] = true
 	return x.root.Chtimes(dst, time.Time{}, hdr.ModTime)
+}
+
+// linkTarget checks the target of a symlink to be created in the
+// symlink-free directory parent and returns it cleaned.
+func (x *extractor) linkTarget(parent, linkname string) (string, error) {
+	if linkname == "" || path.IsAbs(linkname) || filepath.IsAbs(linkname) {
+		return "", unsafe("absolute or empty symlink target %q", linkname)
+	}
+	// Cleaning leaves ".." only at the front, and they climb from the
+	// symlink-free parent, so the lexical check below is exact for them;
+	// what follows only descends, and resolve checks it.
+	target := path.Clean(linkname)
+	full := path.Join(parent, target)
+	if !local(full) {
+		return "", unsafe("symlink target %q escapes", linkname)
+	}
+	if _, err := resolve(x.root, full); err != nil {
+		return "", err
+	}
+	return target, nil
+}
+
+// zeros is one block of writeSparse's.
+var zeros [64 << 10]byte
+
+// writeSparse copies r into the empty file f, leaving a hole wherever a
+// whole block of zeros comes, so that a sparse file (whose holes the
+// archive carries as zeros) takes no more disk than it did where it came
+// from.
+func writeSparse(f *os.File, r io.Reader) error {
+	buf := make([]byte, len(zeros))
+	var off int64
+	for {
+		n, err := fill(r, buf)
+		if n == len(buf) && bytes.Equal(buf, zeros[:]) {
+			off += int64(n)
+		} else if n > 0 {
+			if _, werr := f.WriteAt(buf[:n], off); werr != nil {
+				return werr
+			}
+			off += int64(n)
+		}
+		if err == io.EOF {
+			return f.Truncate(off) // a hole at the end
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// fill reads into buf until it is full or r fails; unlike io.ReadFull it
+// reports r's own error (io.EOF only at a clean end).
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // remove deletes whatever is at name (never following a final symlink);

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -685,5 +686,118 @@ func TestExtractFaithful(t *testing.T) {
 	}
 	if _, err := os.Lstat("/pwned"); err == nil {
 		t.Errorf("/pwned was created")
+	}
+}
+
+// TestExtractSkipLink runs the escape cases with SkipLink set: escaping
+// symlinks are reported and left out, everything else is still refused,
+// and nothing leaves the destination either way.
+func TestExtractSkipLink(t *testing.T) {
+	for _, tc := range escapeCases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLayout(t)
+			if tc.plant != nil {
+				tc.plant(t, l)
+			}
+			var skipped []string
+			err := extract(t, l, mktar(t, tc.ents(l)...), ExtractOptions{SkipLink: func(name, target string) {
+				skipped = append(skipped, name+" -> "+target)
+			}})
+			if err != nil && !errors.Is(err, ErrUnsafePath) {
+				t.Fatalf("err = %v, want nil or ErrUnsafePath", err)
+			}
+			if err == nil && len(skipped) == 0 {
+				t.Fatalf("no error and nothing skipped")
+			}
+			l.checkContained(t)
+			if tc.plant == nil {
+				checkSymlinks(t, l.dest)
+			}
+		})
+	}
+
+	// The rest of the archive is extracted around skipped links.
+	l := newLayout(t)
+	var skipped []string
+	err := extract(t, l, mktar(t,
+		dirEnt("venv/"), dirEnt("venv/bin/"),
+		symlink("venv/bin/python", "/usr/bin/python3"),
+		symlink("venv/bin/up", "../../../x"),
+		symlink("venv/bin/py", "python"),
+		file("venv/bin/activate", "# activate"),
+		symlink("venv/lib64", "lib"),
+	), ExtractOptions{SkipLink: func(name, target string) { skipped = append(skipped, name+" -> "+target) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "[venv/bin/python -> /usr/bin/python3 venv/bin/up -> ../../../x]"; fmt.Sprint(skipped) != want {
+		t.Errorf("skipped %v, want %s", skipped, want)
+	}
+	if got := readFile(t, filepath.Join(l.dest, "venv/bin/activate")); got != "# activate" {
+		t.Errorf("activate = %q", got)
+	}
+	for name, want := range map[string]string{"venv/bin/py": "python", "venv/lib64": "lib"} {
+		if got, err := os.Readlink(filepath.Join(l.dest, name)); err != nil || got != want {
+			t.Errorf("%s -> %q, %v; want %q", name, got, err, want)
+		}
+	}
+	for _, name := range []string{"venv/bin/python", "venv/bin/up"} {
+		if _, err := os.Lstat(filepath.Join(l.dest, name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("skipped link %s exists: %v", name, err)
+		}
+	}
+}
+
+// TestExtractSparse checks that runs of zeros become holes: a 64 MiB file
+// of zeros with a few bytes of data takes a few blocks, and reads back
+// exactly.
+func TestExtractSparse(t *testing.T) {
+	const size = 64 << 20
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "sparse", Mode: 0o644, Size: size}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write([]byte("head"))
+	tw.Write(make([]byte, size/2-8))
+	tw.Write([]byte("midl"))
+	tw.Write(make([]byte, size/2))
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l := newLayout(t)
+	if err := extract(t, l, buf.Bytes(), ExtractOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(l.dest, "sparse")
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := fi.Sys().(*syscall.Stat_t).Blocks * 512
+	t.Logf("apparent size %d, on disk %d", fi.Size(), blocks)
+	if fi.Size() != size {
+		t.Errorf("size %d, want %d", fi.Size(), size)
+	}
+	if blocks > 1<<20 {
+		t.Errorf("%d bytes on disk for a file of zeros and 8 bytes of data", blocks)
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, size)
+	copy(want, "head")
+	copy(want[size/2-4:], "midl")
+	if !bytes.Equal(data, want) {
+		t.Error("contents differ")
+	}
+
+	// A cut archive is still an error, however the cut falls.
+	for _, cut := range []int{1024, 512 + 70<<10, 512 + 64<<10} {
+		err := Extract(bytes.NewReader(buf.Bytes()[:cut]), t.TempDir(), ExtractOptions{})
+		if !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("archive cut at %d: %v, want io.ErrUnexpectedEOF", cut, err)
+		}
 	}
 }
