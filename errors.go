@@ -43,6 +43,12 @@ var (
 	// more than that from the sandbox in one read.
 	ErrFileTooLarge = errors.New("sandbox: file too large")
 
+	// ErrTooLarge is returned when a whole transfer exceeds its bound:
+	// CopyOut past CopyLimit, and Snapshot when the working directory's
+	// files add up to more than Limits.Disk (sparse files count at their
+	// full size, since a snapshot stores them in full).
+	ErrTooLarge = errors.New("sandbox: too large")
+
 	// ErrNotRegular is returned by ReadFile and FS reads for a name that is
 	// not a regular file once symbolic links are followed (a device, FIFO
 	// or socket): a link to /dev/zero cannot make a read go on for ever.

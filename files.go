@@ -331,35 +331,120 @@ func (s *Sandbox) CopyIn(ctx context.Context, dst string, src fs.FS) error {
 	return nil
 }
 
+// CopyOption configures CopyOut.
+type CopyOption func(*copyOptions)
+
+type copyOptions struct {
+	maxBytes   int64
+	maxEntries int
+	strict     bool
+	skipped    func(name, target string)
+}
+
+// DefaultCopyEntries is how many archive entries (files, directories,
+// links) CopyOut takes at most unless CopyLimit says otherwise.
+const DefaultCopyEntries = 1_000_000
+
+// CopyLimit bounds what CopyOut writes on the host: at most maxBytes bytes
+// of file contents, counted at each file's full size (a sparse file counts
+// as if its holes were data, and is written in full), and at most
+// maxEntries entries. Past either bound CopyOut stops with an error
+// wrapping ErrTooLarge; the sandbox stops sending as soon as the next file
+// would not fit. Zero keeps a default: maxBytes the larger of Limits.Disk
+// and 1 GiB, maxEntries DefaultCopyEntries. Bounds cannot be removed.
+func CopyLimit(maxBytes int64, maxEntries int) CopyOption {
+	return func(o *copyOptions) {
+		if maxBytes > 0 {
+			o.maxBytes = maxBytes
+		}
+		if maxEntries > 0 {
+			o.maxEntries = maxEntries
+		}
+	}
+}
+
+// StrictLinks makes CopyOut stop with an error wrapping ErrUnsafePath at
+// the first symbolic link that points outside the host directory, instead
+// of leaving it out.
+func StrictLinks() CopyOption { return func(o *copyOptions) { o.strict = true } }
+
+// OnSkippedLink has CopyOut call f, in the calling goroutine, for each
+// symbolic link it leaves out because the link points outside the host
+// directory: name is the link's path relative to the host directory,
+// target what the link holds.
+func OnSkippedLink(f func(name, target string)) CopyOption {
+	return func(o *copyOptions) { o.skipped = f }
+}
+
+// maxSkippedLogged bounds the skipped links named in one audit record.
+const maxSkippedLogged = 32
+
 // CopyOut copies src (a file or a directory tree) from the sandbox into the
 // existing host directory hostDir, as hostDir/base(src) — like docker cp.
 // It reads as the sandbox user: a file that user cannot read stops the
-// copy with fs.ErrPermission. It never creates or changes anything outside
-// hostDir: an entry that would land outside (a "../" name, an absolute
-// name, a link pointing out) stops the copy with an error wrapping
-// ErrUnsafePath. Symbolic links that stay inside are kept as links;
-// devices, FIFOs and sockets are left out; set-id bits are dropped and
-// files are owned by the calling user. Files copied before an error stay.
-func (s *Sandbox) CopyOut(ctx context.Context, src, hostDir string) error {
+// copy with fs.ErrPermission.
+//
+// It never creates or changes anything outside hostDir. Symbolic links
+// whose target stays inside hostDir are kept as links. A link whose target
+// is absolute or leads outside hostDir (a virtual environment's
+// bin/python -> /usr/bin/python3, say) is not created and not followed: it
+// is left out, named in the audit record and passed to OnSkippedLink, and
+// the rest is copied; with StrictLinks it stops the copy with an error
+// wrapping ErrUnsafePath instead. Devices, FIFOs and sockets are left out;
+// set-id bits are dropped and files are owned by the calling user.
+//
+// What reaches the host is bounded (see CopyLimit): by default at most the
+// larger of Limits.Disk and 1 GiB of file contents, sparse files counted at
+// their full size, and DefaultCopyEntries entries. Files copied before an
+// error stay.
+func (s *Sandbox) CopyOut(ctx context.Context, src, hostDir string, opts ...CopyOption) error {
+	o := copyOptions{maxBytes: max(s.cfg.limits.Disk, 1<<30), maxEntries: DefaultCopyEntries}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	p := s.abs(src)
 	cr := &countWriter{w: io.Discard, n: &counter{}}
+	var skipped []string
+	nskipped := 0
+	xo := tarsafe.ExtractOptions{MaxBytes: o.maxBytes, MaxEntries: o.maxEntries}
+	if !o.strict {
+		xo.SkipLink = func(name, target string) {
+			if nskipped++; len(skipped) < maxSkippedLogged {
+				skipped = append(skipped, name+" -> "+target)
+			}
+			if o.skipped != nil {
+				o.skipped(name, target)
+			}
+		}
+	}
 	var hostErr error
-	_, err := s.fileOp(ctx, wire.FileRequest{Op: wire.Tar, Path: []byte(p)}, func(op *agentconn.FileOp) error {
+	_, err := s.fileOp(ctx, wire.FileRequest{Op: wire.Tar, Path: []byte(p), Limit: o.maxBytes}, func(op *agentconn.FileOp) error {
 		r := io.TeeReader(op, cr)
-		hostErr = tarsafe.Extract(r, hostDir, tarsafe.ExtractOptions{})
+		hostErr = tarsafe.Extract(r, hostDir, xo)
 		if hostErr == nil {
-			_, hostErr = io.Copy(io.Discard, r) // the archive's padding
+			// The archive's end: zero blocks, nothing else.
+			if n, _ := io.Copy(io.Discard, io.LimitReader(r, 1<<20)); n == 1<<20 {
+				hostErr = errors.New("data after the end of the archive")
+			}
 		}
 		return hostErr
 	})
-	if hostErr != nil && (errors.Is(hostErr, tarsafe.ErrUnsafePath) || err == nil) {
+	if hostErr != nil && (errors.Is(hostErr, tarsafe.ErrUnsafePath) || errors.Is(hostErr, tarsafe.ErrTooLarge) || err == nil) {
 		err = hostErr
 	}
-	if errors.Is(err, tarsafe.ErrUnsafePath) && !errors.Is(err, ErrUnsafePath) {
+	switch {
+	case errors.Is(err, tarsafe.ErrUnsafePath) && !errors.Is(err, ErrUnsafePath):
 		err = fmt.Errorf("%w: %w", ErrUnsafePath, err)
+	case errors.Is(err, tarsafe.ErrTooLarge), errors.Is(err, ErrFileTooLarge):
+		err = fmt.Errorf("%w: the copy would exceed %d bytes of file contents or %d entries (see CopyLimit): %w",
+			ErrTooLarge, o.maxBytes, o.maxEntries, err)
 	}
-	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.file.copyout", slog.String("sandbox", s.id),
-		slog.String("path", p), slog.String("host_dir", hostDir), slog.Int64("tar_bytes", cr.n.n), errAttr(err))
+	attrs := []slog.Attr{slog.String("sandbox", s.id), slog.String("path", p), slog.String("host_dir", hostDir),
+		slog.Int64("tar_bytes", cr.n.n)}
+	if nskipped > 0 {
+		attrs = append(attrs, slog.Int("skipped_links", nskipped), slog.Any("skipped", skipped))
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.file.copyout", append(attrs, errAttr(err))...)
 	if err != nil {
 		return &fs.PathError{Op: "copyout", Path: src, Err: err}
 	}

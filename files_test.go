@@ -1042,7 +1042,7 @@ ln -s /workspace/t5 t5/self && ln -s /tmp t5/tmp && echo pwned > t5/tmp/through.
 
 	for _, tc := range []struct {
 		src    string
-		refuse bool // the archive holds a link that points out
+		refuse bool // the archive holds a link that points out of hostDir
 	}{
 		{"t1", true},
 		{"t1/escape", true},
@@ -1068,61 +1068,90 @@ ln -s /workspace/t5 t5/self && ln -s /tmp t5/tmp && echo pwned > t5/tmp/through.
 					t.Fatal(err)
 				}
 			}
+			outside := func(k string) bool {
+				return k != "host" && !strings.HasPrefix(k, "host/") && k != "strict" && !strings.HasPrefix(k, "strict/")
+			}
 			before := ftHostTree(t, parent)
 			for k := range before {
-				if k == "host" || strings.HasPrefix(k, "host/") {
+				if !outside(k) {
 					delete(before, k)
 				}
 			}
 
-			err := sb.CopyOut(ctx, tc.src, hostDir)
+			// By default escaping links are left out and reported.
+			var skipped []string
+			err := sb.CopyOut(ctx, tc.src, hostDir, sandbox.OnSkippedLink(func(name, target string) {
+				skipped = append(skipped, name+" -> "+target)
+			}))
+			if err != nil {
+				t.Errorf("CopyOut(%q) = %v; want success", tc.src, err)
+			}
+			if tc.refuse != (len(skipped) > 0) {
+				t.Errorf("CopyOut(%q) skipped %q; want links skipped: %v", tc.src, skipped, tc.refuse)
+			}
+			t.Logf("CopyOut(%q) skipped %q", tc.src, skipped)
+			if tc.src == "t1" {
+				for _, f := range []string{"t1/a.txt", "t1/z.txt"} {
+					if data, err := os.ReadFile(filepath.Join(hostDir, f)); err != nil || string(data) != "ok\n" {
+						t.Errorf("%s beside the skipped link: %q, %v", f, data, err)
+					}
+				}
+			}
+			// StrictLinks makes them fatal.
+			strictDir := filepath.Join(parent, "strict")
+			if err := os.Mkdir(strictDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			err = sb.CopyOut(ctx, tc.src, strictDir, sandbox.StrictLinks())
 			switch {
 			case err == nil && tc.refuse:
-				t.Errorf("CopyOut(%q) succeeded; want ErrUnsafePath", tc.src)
+				t.Errorf("CopyOut(%q, StrictLinks) succeeded; want ErrUnsafePath", tc.src)
 			case err != nil && !errors.Is(err, sandbox.ErrUnsafePath):
-				t.Errorf("CopyOut(%q) = %v; want nil or ErrUnsafePath", tc.src, err)
+				t.Errorf("CopyOut(%q, StrictLinks) = %v; want nil or ErrUnsafePath", tc.src, err)
 			case err != nil && !tc.refuse:
-				t.Errorf("CopyOut(%q) = %v; want success", tc.src, err)
+				t.Errorf("CopyOut(%q, StrictLinks) = %v; want success", tc.src, err)
 			case err != nil:
 				var pe *fs.PathError
 				if !errors.As(err, &pe) {
 					t.Errorf("CopyOut(%q) = %#v, want an *fs.PathError", tc.src, err)
 				}
-				t.Logf("CopyOut(%q): %v", tc.src, err)
+				t.Logf("CopyOut(%q, StrictLinks): %v", tc.src, err)
 			}
 
 			// Nothing changed beside hostDir.
 			after := ftHostTree(t, parent)
 			for k := range after {
-				if k == "host" || strings.HasPrefix(k, "host/") {
+				if !outside(k) {
 					delete(after, k)
 				}
 			}
 			if fmt.Sprint(after) != fmt.Sprint(before) {
 				t.Errorf("outside hostDir changed:\nbefore %q\nafter  %q", before, after)
 			}
-			// No link under hostDir leads outside it.
-			realHost, err := filepath.EvalSymlinks(hostDir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			inside := func(p string) bool {
-				rel, err := filepath.Rel(realHost, p)
-				return err == nil && filepath.IsLocal(rel)
-			}
-			for rel, desc := range ftHostTree(t, hostDir) {
-				if !strings.HasPrefix(desc, "link ") {
-					continue
+			// No link under hostDir or strictDir leads outside it.
+			for _, dir := range []string{hostDir, strictDir} {
+				realDir, err := filepath.EvalSymlinks(dir)
+				if err != nil {
+					t.Fatal(err)
 				}
-				target := strings.TrimPrefix(desc, "link ")
-				p := filepath.Join(realHost, filepath.FromSlash(rel))
-				if filepath.IsAbs(target) {
-					t.Errorf("%s: absolute link target %q", rel, target)
-				} else if !inside(filepath.Join(filepath.Dir(p), target)) {
-					t.Errorf("%s: link target %q leads outside", rel, target)
+				inside := func(p string) bool {
+					rel, err := filepath.Rel(realDir, p)
+					return err == nil && filepath.IsLocal(rel)
 				}
-				if r, err := filepath.EvalSymlinks(p); err == nil && !inside(r) {
-					t.Errorf("%s resolves to %s, outside hostDir", rel, r)
+				for rel, desc := range ftHostTree(t, dir) {
+					if !strings.HasPrefix(desc, "link ") {
+						continue
+					}
+					target := strings.TrimPrefix(desc, "link ")
+					p := filepath.Join(realDir, filepath.FromSlash(rel))
+					if filepath.IsAbs(target) {
+						t.Errorf("%s: absolute link target %q", rel, target)
+					} else if !inside(filepath.Join(filepath.Dir(p), target)) {
+						t.Errorf("%s: link target %q leads outside", rel, target)
+					}
+					if r, err := filepath.EvalSymlinks(p); err == nil && !inside(r) {
+						t.Errorf("%s resolves to %s, outside %s", rel, r, dir)
+					}
 				}
 			}
 			t.Logf("CopyOut(%q) left in hostDir: %q", tc.src, ftHostTree(t, hostDir))

@@ -22,8 +22,11 @@ import (
 //   - Disk: the working directory is an ext4 filesystem of this size,
 //     created by the library as a loop-mounted image and mounted as a Docker
 //     volume; writing past it fails with ENOSPC inside the sandbox. The root
-//     filesystem is read-only, so the working directory (which is also HOME)
-//     and /tmp (a RAM-backed tmpfs of TmpSize) are the only writable places.
+//     filesystem is read-only; the only writable places are the working
+//     directory (which is also HOME), /tmp and /dev/shm (RAM-backed tmpfs
+//     of TmpSize each, counted towards Memory) and POSIX message queues
+//     (at most 800 KiB in all by RLIMIT_MSGQUEUE, also counted towards
+//     Memory).
 //     Attaching loop devices needs root on the engine's host, and the engine
 //     must run on the same host; otherwise New fails with
 //     ErrDiskLimitUnsupported unless Disk is negative. With Disk < 0 the
@@ -49,8 +52,12 @@ type Limits struct {
 	ExecTimeout time.Duration // per command; default 60s
 	OutputBytes int64         // per stream captured by Exec/Output; default 1 MiB
 	Lifetime    time.Duration // default 1h
-	TmpSize     int64         // size of the /tmp tmpfs; default 64 MiB
+	TmpSize     int64         // size of the /tmp and /dev/shm tmpfs each; default 64 MiB
 }
+
+// msgQueueBytes bounds the bytes a sandbox's POSIX message queues may
+// hold (RLIMIT_MSGQUEUE): the kernel's default.
+const msgQueueBytes = 800 << 10
 
 // DefaultLimits returns the limits a sandbox gets when none are given.
 func DefaultLimits() Limits {

@@ -459,6 +459,7 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 		ReadonlyRootfs: true,
 		LogConfig:      container.LogConfig{Type: "none"},
 		Runtime:        s.cfg.runtime,
+		ShmSize:        l.TmpSize, // /dev/shm: like /tmp, RAM counted towards Memory
 		Tmpfs: map[string]string{"/tmp": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,uid=%d,gid=%d,mode=1777",
 			l.TmpSize, s.uid, s.gid)},
 		Mounts: []mount.Mount{{
@@ -488,6 +489,9 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 	if l.OpenFiles > 0 {
 		r.Ulimits = append(r.Ulimits, &container.Ulimit{Name: "nofile", Soft: l.OpenFiles, Hard: l.OpenFiles})
 	}
+	// POSIX message queues: the kernel's default per-user bound, set here
+	// so that the engine's own limits do not change it.
+	r.Ulimits = append(r.Ulimits, &container.Ulimit{Name: "msgqueue", Soft: msgQueueBytes, Hard: msgQueueBytes})
 	s.name = objectName("sandbox")
 	dctx, cancel := detached(ctx)
 	created, err := s.cli.ContainerCreate(dctx, cc, hc, nil, nil, s.name)

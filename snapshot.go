@@ -167,23 +167,46 @@ func (s *Sandbox) copyWorkdir(ctx context.Context, dst string) error {
 	}
 	defer rc.Close()
 	pr, pw := io.Pipe()
+	rerr := make(chan error, 1)
 	go func() {
 		// Entries are named base(workdir)/...; move them under snapshotDir.
-		pw.CloseWithError(rebase(pw, rc, path.Base(s.cfg.workdir), strings.TrimPrefix(snapshotDir, "/"), true))
+		err := rebase(pw, rc, path.Base(s.cfg.workdir), strings.TrimPrefix(snapshotDir, "/"), true, s.snapshotBound())
+		pw.CloseWithError(err)
+		rerr <- err
 	}()
 	err = s.copyTo(ctx, dst, "/", pr)
 	pr.CloseWithError(errors.New("aborted"))
+	rc.Close() // ends a rebase still reading
+	if e := <-rerr; errors.Is(e, ErrTooLarge) {
+		return fmt.Errorf("sandbox: snapshot: %w", e)
+	}
 	if err != nil {
 		return s.engineErr("snapshot: write workdir", err)
 	}
 	return nil
 }
 
+// snapshotBound is how many bytes of file contents a snapshot of the
+// working directory may hold: what the disk limit lets the sandbox store,
+// or, for a tmpfs working directory, what its memory limit does. Only
+// sparse files can make the contents larger, and a snapshot would store
+// their holes in full.
+func (s *Sandbox) snapshotBound() int64 {
+	if l := s.cfg.limits; l.Disk > 0 {
+		return l.Disk
+	} else if l.Memory > 0 {
+		return l.Memory
+	}
+	return 0
+}
+
 // rebase copies a tar stream, renaming entries under from to be under to
 // ("" for the top). With parents, it first adds the directories leading to
-// to.
-func rebase(w io.Writer, r io.Reader, from, to string, parents bool) error {
+// to. With maxBytes > 0, file contents beyond maxBytes in all are an error
+// wrapping ErrTooLarge.
+func rebase(w io.Writer, r io.Reader, from, to string, parents bool, maxBytes int64) error {
 	tr, tw := tar.NewReader(r), tar.NewWriter(w)
+	var total int64
 	if parents {
 		dir := ""
 		for _, part := range strings.Split(path.Dir(to), "/") {
@@ -222,6 +245,10 @@ func rebase(w io.Writer, r io.Reader, from, to string, parents bool) error {
 			if lrest, ok := strings.CutPrefix(hdr.Linkname, from+"/"); ok {
 				hdr.Linkname = path.Join(to, lrest)
 			}
+		}
+		if total += hdr.Size; maxBytes > 0 && total > maxBytes {
+			return fmt.Errorf("%w: the working directory's files hold more than %d bytes (Limits.Disk) at their full size at %q; sparse files count in full",
+				ErrTooLarge, maxBytes, rest)
 		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
@@ -263,7 +290,7 @@ func (s *Sandbox) restoreWorkdir(ctx context.Context) error {
 	// refuses links that point outside the directory it extracts into
 	// ("cache -> ../tmp", "python -> /usr/bin/python3").
 	_, err = s.fileOp(ctx, wire.FileRequest{Op: wire.Untar, Path: []byte(s.cfg.workdir)}, func(op *agentconn.FileOp) error {
-		if err := rebase(op, rc, path.Base(snapshotDir), "", false); err != nil {
+		if err := rebase(op, rc, path.Base(snapshotDir), "", false, 0); err != nil {
 			return err
 		}
 		return op.CloseInput()
