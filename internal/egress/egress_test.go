@@ -769,7 +769,7 @@ func TestEgressCredentials(t *testing.T) {
 		Policy: policy(t, "api.test:"+tport, "plain.test:"+pport, "other.test:"+tport, "127.0.0.1/32"),
 		Credentials: map[string]egress.Credential{
 			"api.test":   {Header: "Authorization", Value: secret},
-			"plain.test": {Header: "Authorization", Value: secret},
+			"plain.test": {Header: "Authorization", Value: secret, AllowHTTP: true},
 		},
 		CA:            ca,
 		UpstreamRoots: upRoots,

@@ -2,13 +2,13 @@ package egress
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -21,17 +21,46 @@ import (
 	"time"
 )
 
-// The proxy is built on net/http (an http.Server for the sandbox side and
+// The proxy is built on net/http (an http.Server for the sandbox side, a
+// second one for the requests inside intercepted TLS connections, and
 // httputil.ReverseProxy for forwarding) rather than a proxy library: the
 // parts that matter here — resolving names once and dialing only checked
 // addresses, bounding connections, and TLS interception for credential
 // hosts only — are hooks a library would have to be bent around, while the
-// standard library already does HTTP/1.1 parsing, hop-by-hop headers and
-// streaming correctly.
+// standard library already does HTTP/1.1 parsing, header bounds,
+// keep-alive, hop-by-hop headers and streaming correctly.
 
-// Credential is a header added to requests for one host.
+// Bounds on what a sandbox (or an upstream) can make the proxy hold.
+const (
+	// MaxHeaderBytes bounds a request's head (request line and headers),
+	// on the proxy connection and inside intercepted TLS connections. A
+	// larger head is answered 431 (or the connection is closed).
+	MaxHeaderBytes = 64 << 10
+	// MaxResponseHeaderBytes bounds an upstream response's head.
+	MaxResponseHeaderBytes = 1 << 20
+	// ReadHeaderTimeout bounds the time to read a request's head, and the
+	// sandbox's side of the TLS handshake of an intercepted connection.
+	ReadHeaderTimeout = 30 * time.Second
+	// KeepAliveTimeout bounds the time a kept-alive connection from the
+	// sandbox waits for its next request (or Config.IdleTimeout if that is
+	// shorter).
+	KeepAliveTimeout = 2 * time.Minute
+	// DefaultIdleTimeout is the default Config.IdleTimeout.
+	DefaultIdleTimeout = 5 * time.Minute
+	// DefaultMaxConns is the default Config.MaxConns.
+	DefaultMaxConns = 128
+)
+
+// Credential is a header added to requests for one host. The proxy adds it
+// only to requests whose Host header, TLS server name and dialed address all
+// belong to that host, and scrubs its value from responses (see the package
+// documentation for what the scrubber covers).
 type Credential struct {
 	Header, Value string
+	// AllowHTTP sends the credential over plain HTTP too; off by default,
+	// because the value would cross the network readable. Without it a
+	// plain http:// request to the host is refused (403).
+	AllowHTTP bool
 }
 
 // Decision is one audit record: a request or tunnel allowed or denied.
@@ -55,38 +84,53 @@ type Config struct {
 	Credentials map[string]Credential // by lower-case host name
 	CA          *CA                   // required when Credentials is not empty
 	// Resolve looks up a host name; nil means the system resolver. Tests
-	// point names at local servers with it.
+	// point names at local servers with it. It is called only for names the
+	// policy allows.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	// UpstreamRoots verifies upstream TLS for credential hosts; nil means
 	// the system roots.
 	UpstreamRoots *x509.CertPool
-	// MaxConns bounds the sandbox's concurrent connections to the proxy;
-	// further connections wait in the listen queue. Default 128.
+	// MaxConns bounds the sandbox's concurrent connections to the proxy,
+	// tunnels and intercepted TLS connections included; further
+	// connections wait in the listen queue. Default DefaultMaxConns.
 	MaxConns int
+	// IdleTimeout closes a CONNECT tunnel that carried no byte either way
+	// for that long. Kept-alive connections wait for their next request at
+	// most min(IdleTimeout, KeepAliveTimeout). Default DefaultIdleTimeout.
+	IdleTimeout time.Duration
 	// Log receives one Decision per request or tunnel.
 	Log func(Decision)
+	// ErrorLog receives the HTTP servers' own errors (such as a handler's
+	// panic); nil means the log package's standard logger.
+	ErrorLog *log.Logger
 }
 
 // Proxy is a forward proxy for one sandbox.
 type Proxy struct {
-	cfg    Config
-	local  map[netip.Addr]bool // this host's own addresses
-	srv    *http.Server
-	rp     *httputil.ReverseProxy
-	tr     *http.Transport
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-	done   chan struct{}
-	ctx    context.Context // ends at Close; intercepted requests run under it
-	cancel context.CancelFunc
+	cfg     Config
+	local   map[netip.Addr]bool // this host's own addresses
+	scrub   map[string]*matcher // by credential host
+	srv     *http.Server        // the sandbox's connections
+	inner   *http.Server        // requests inside intercepted TLS connections
+	innerL  *chanListener
+	rp      *httputil.ReverseProxy
+	tr      *http.Transport
+	wg      sync.WaitGroup // connections being served, tunnels, the inner server
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{} // accepted connections and tunnels' upstreams
+	closed  bool
+	started bool            // the inner server runs
+	ctx     context.Context // ends at Close; every request runs under it
+	cancel  context.CancelFunc
 }
 
 // New returns a proxy; call Serve to run it.
 func New(cfg Config) *Proxy {
 	if cfg.MaxConns <= 0 {
-		cfg.MaxConns = 128
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
 	}
 	if cfg.Log == nil {
 		cfg.Log = func(Decision) {}
@@ -96,19 +140,25 @@ func New(cfg Config) *Proxy {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		}
 	}
-	p := &Proxy{cfg: cfg, local: localAddrs(), conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	p := &Proxy{cfg: cfg, local: localAddrs(), conns: map[net.Conn]struct{}{}, scrub: map[string]*matcher{}}
+	for host, c := range cfg.Credentials {
+		p.scrub[host] = newMatcher(c.Value)
+	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.tr = &http.Transport{
-		DialContext:           p.dialChecked,
-		TLSClientConfig:       &tls.Config{RootCAs: cfg.UpstreamRoots},
-		ForceAttemptHTTP2:     false,
-		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       30 * time.Second,
-		ResponseHeaderTimeout: 2 * time.Minute,
-		TLSHandshakeTimeout:   30 * time.Second,
+		DialContext:            p.dialChecked,
+		TLSClientConfig:        &tls.Config{RootCAs: cfg.UpstreamRoots},
+		ForceAttemptHTTP2:      false,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        30 * time.Second,
+		ResponseHeaderTimeout:  2 * time.Minute,
+		TLSHandshakeTimeout:    30 * time.Second,
+		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
 	}
 	p.rp = &httputil.ReverseProxy{
-		Rewrite:       func(r *httputil.ProxyRequest) { r.Out.URL = r.In.URL; r.Out.Host = r.In.Host },
+		// The upstream's Host header is the URL's host, which forward set
+		// to the checked target: never a Host header of the sandbox's.
+		Rewrite:       func(r *httputil.ProxyRequest) { r.Out.URL = r.In.URL; r.Out.Host = "" },
 		Transport:     p.tr,
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -123,7 +173,33 @@ func New(cfg Config) *Proxy {
 			http.Error(w, "agentsandbox proxy: "+r.URL.Host+": "+reason, status)
 		},
 	}
-	p.srv = &http.Server{Handler: http.HandlerFunc(p.serveHTTP), ReadHeaderTimeout: 30 * time.Second}
+	keepAlive := min(KeepAliveTimeout, cfg.IdleTimeout)
+	base := func(net.Listener) context.Context { return p.ctx }
+	p.srv = &http.Server{
+		Handler:           http.HandlerFunc(p.serveHTTP),
+		MaxHeaderBytes:    MaxHeaderBytes,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		IdleTimeout:       keepAlive,
+		BaseContext:       base,
+		ConnState:         p.connState,
+		ErrorLog:          cfg.ErrorLog,
+	}
+	p.innerL = newChanListener()
+	p.inner = &http.Server{
+		Handler:           http.HandlerFunc(p.serveIntercepted),
+		MaxHeaderBytes:    MaxHeaderBytes,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		IdleTimeout:       keepAlive,
+		BaseContext:       base,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if ic, ok := c.(*interceptedConn); ok {
+				ctx = context.WithValue(ctx, connKey{}, ic.t)
+			}
+			return ctx
+		},
+		ConnState: p.connState,
+		ErrorLog:  cfg.ErrorLog,
+	}
 	return p
 }
 
@@ -139,8 +215,9 @@ func (p *Proxy) Serve(l net.Listener) error {
 // Close stops the proxy, closes every connection and waits for its
 // goroutines.
 func (p *Proxy) Close() error {
-	close(p.done)
 	p.cancel()
+	// http.Server.Close returns once its Serve loops have ended, so no
+	// connection starts being served (or counted in wg) after it.
 	err := p.srv.Close()
 	p.mu.Lock()
 	p.closed = true
@@ -148,32 +225,57 @@ func (p *Proxy) Close() error {
 		c.Close()
 	}
 	p.mu.Unlock()
+	p.inner.Close()
+	p.innerL.Close()
 	p.wg.Wait()
 	p.tr.CloseIdleConnections()
 	return err
 }
 
-func (p *Proxy) track(c net.Conn, add bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if add {
-		p.conns[c] = struct{}{}
-	} else {
-		delete(p.conns, c)
+// connState counts the goroutine serving each connection of either server
+// in wg, until the connection is closed or hijacked (a hijacking handler
+// counts itself).
+func (p *Proxy) connState(c net.Conn, s http.ConnState) {
+	switch s {
+	case http.StateNew:
+		p.wg.Add(1)
+	case http.StateHijacked, http.StateClosed:
+		p.wg.Done()
 	}
 }
 
-type ctxKey struct{}
+// track adds or removes a connection Close must close; it reports false
+// (and adds nothing) once the proxy is closed.
+func (p *Proxy) track(c net.Conn, add bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !add {
+		delete(p.conns, c)
+		return true
+	}
+	if p.closed {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+type (
+	ctxKey  struct{} // the *target of a request being forwarded
+	connKey struct{} // the *target of an intercepted connection
+)
 
 // target is where a request is allowed to go.
 type target struct {
-	host string
-	port int
-	cred *Credential
-	dec  *Decision
+	host  string
+	port  int
+	cred  *Credential
+	scrub *matcher
+	dec   *Decision
 }
 
-// check applies the name rules to host:port.
+// check applies the name rules to host:port. It resolves nothing: a name
+// is looked up only once allowed, when dialing.
 func (p *Proxy) check(method, hostport string, defPort int) (*target, error) {
 	host, ps, err := net.SplitHostPort(hostport)
 	if err != nil {
@@ -194,7 +296,7 @@ func (p *Proxy) check(method, hostport string, defPort int) (*target, error) {
 	}
 	t := &target{host: host, port: port, dec: dec}
 	if c, ok := p.cfg.Credentials[host]; ok {
-		t.cred = &c
+		t.cred, t.scrub = &c, p.scrub[host]
 		dec.Credential = c.Header
 	}
 	return t, nil
@@ -204,6 +306,12 @@ func (p *Proxy) deny(d *Decision, reason string) error {
 	d.Reason = reason
 	p.logOnce(d)
 	return errors.New(reason)
+}
+
+// refuse answers 403 and records the denial.
+func (p *Proxy) refuse(w http.ResponseWriter, t *target, reason string) {
+	p.deny(t.dec, reason)
+	http.Error(w, "agentsandbox proxy: "+t.host+": "+reason, http.StatusForbidden)
 }
 
 func (p *Proxy) logOnce(d *Decision) {
@@ -262,17 +370,14 @@ func (p *Proxy) dialChecked(ctx context.Context, network, addr string) (net.Conn
 	return nil, err
 }
 
+// serveHTTP serves the sandbox's connection: CONNECT, or a proxy request
+// with an absolute URL.
 func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
 		// Close waits for tunnels and intercepted connections, which
-		// http.Server does not track once hijacked.
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			return
-		}
+		// http.Server does not track once hijacked. This connection is
+		// counted in wg until the hijack, so the count stays positive.
 		p.wg.Add(1)
-		p.mu.Unlock()
 		defer p.wg.Done()
 		p.connect(w, r)
 		return
@@ -290,11 +395,45 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "agentsandbox proxy: "+r.URL.Host+": "+err.Error(), http.StatusForbidden)
 		return
 	}
-	p.forward(w, r, t)
+	if t.cred != nil && r.URL.Scheme == "http" && !t.cred.AllowHTTP {
+		p.refuse(w, t, "credential host "+t.host+" is served over https only (the proxy adds the credential to https:// requests)")
+		return
+	}
+	// net/http takes the host of an absolute URL and ignores a Host header
+	// behind it (RFC 9112, 3.2.2), so r.Host is the URL's; check anyway.
+	if !sameHost(r.Host, t) {
+		p.refuse(w, t, fmt.Sprintf("Host header %q does not match the URL's host", r.Host))
+		return
+	}
+	p.forward(w, r, t, r.URL.Scheme, def)
 }
 
-// forward sends r upstream with the credential added and logs it.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
+// sameHost reports whether a Host header names the target: the same host,
+// ignoring ASCII case and a trailing dot, and no port or the target's.
+// An empty Host (HTTP/1.0) is the target's.
+func sameHost(h string, t *target) bool {
+	if h == "" {
+		return true
+	}
+	host, port, err := net.SplitHostPort(h)
+	if err != nil {
+		host, port = h, ""
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	return strings.EqualFold(host, strings.TrimSuffix(t.host, ".")) && (port == "" || port == strconv.Itoa(t.port))
+}
+
+// forward sends r to the checked target with the credential added and logs
+// it. The URL's host (so the Host header, the TLS server name and the
+// address dialed) is the target's.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target, scheme string, defPort int) {
+	r.URL.Scheme, r.URL.Host = scheme, t.host
+	if strings.Contains(t.host, ":") {
+		r.URL.Host = "[" + t.host + "]"
+	}
+	if t.port != defPort {
+		r.URL.Host = net.JoinHostPort(t.host, strconv.Itoa(t.port))
+	}
 	r.Header.Del("Proxy-Authorization")
 	r.Header.Del("Proxy-Connection")
 	if t.cred != nil {
@@ -308,7 +447,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
 	cw := &countWriter{ResponseWriter: w}
 	var out http.ResponseWriter = cw
 	if t.cred != nil {
-		out = &scrubWriter{countWriter: cw, secret: []byte(t.cred.Value)}
+		out = &scrubWriter{countWriter: cw, m: t.scrub}
 	}
 	ctx := context.WithValue(r.Context(), ctxKey{}, t)
 	// A kept-alive upstream connection is reused without a dial, so the
@@ -351,72 +490,158 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	t.dec.Allowed, t.dec.Addr = true, up.RemoteAddr().String()
 	defer up.Close()
+	if !p.track(up, true) {
+		return
+	}
+	defer p.track(up, false)
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		return
 	}
 	defer conn.Close()
-	p.track(up, true)
-	defer p.track(up, false)
-	io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n")
-	var upN, downN int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		upN, _ = io.Copy(up, brw.Reader) // buffered bytes first
-		if tc, ok := up.(*net.TCPConn); ok {
-			tc.CloseWrite()
-		}
-	}()
-	downN, _ = io.Copy(conn, up)
-	conn.Close()
-	<-done
-	t.dec.BytesUp, t.dec.BytesDown = upN, downN
+	t.dec.BytesUp, t.dec.BytesDown = p.tunnel(conn, brw.Reader, up)
 	p.logOnce(t.dec)
 }
 
+// tunnel copies bytes both ways until either side closes, or until no byte
+// moved either way for IdleTimeout: every read that returns data pushes
+// both connections' deadlines further.
+func (p *Proxy) tunnel(conn net.Conn, br *bufio.Reader, up net.Conn) (upN, downN int64) {
+	idle := &idleDeadline{d: p.cfg.IdleTimeout, conns: [2]net.Conn{conn, up}}
+	idle.touch()
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return 0, 0
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var err error
+		upN, err = io.Copy(up, idleReader{br, idle}) // buffered bytes first
+		if tc, ok := up.(*net.TCPConn); ok && err == nil {
+			tc.CloseWrite()
+		} else {
+			up.Close() // timed out, or the sandbox's side failed
+		}
+	}()
+	downN, _ = io.Copy(conn, idleReader{up, idle})
+	conn.Close()
+	<-done
+	return upN, downN
+}
+
+// idleDeadline keeps the deadlines of a tunnel's two connections d ahead
+// of the last byte read from either; it refreshes them at most every d/16.
+type idleDeadline struct {
+	d     time.Duration
+	conns [2]net.Conn
+	next  atomic.Int64 // UnixNano after which to refresh
+}
+
+func (i *idleDeadline) touch() {
+	now := time.Now()
+	if now.UnixNano() < i.next.Load() {
+		return
+	}
+	i.next.Store(now.Add(i.d / 16).UnixNano())
+	for _, c := range i.conns {
+		c.SetDeadline(now.Add(i.d))
+	}
+}
+
+type idleReader struct {
+	r    io.Reader
+	idle *idleDeadline
+}
+
+func (r idleReader) Read(b []byte) (int, error) {
+	n, err := r.r.Read(b)
+	if n > 0 {
+		r.idle.touch()
+	}
+	return n, err
+}
+
 // intercept terminates TLS with a certificate from the sandbox's CA and
-// serves the requests inside through forward, which adds the credential.
+// hands the connection to the inner server, whose handler
+// (serveIntercepted) forwards each request with the credential.
 func (p *Proxy) intercept(w http.ResponseWriter, t *target) {
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		return
 	}
-	defer conn.Close()
-	io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n")
+	handed := false
+	defer func() {
+		if !handed {
+			conn.Close()
+		}
+	}()
+	conn.SetDeadline(time.Now().Add(ReadHeaderTimeout))
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
 	leaf, err := p.cfg.CA.Leaf(t.host)
 	if err != nil {
+		p.deny(t.dec, "no certificate: "+err.Error())
 		return
 	}
 	tc := tls.Server(&bufConn{Conn: conn, r: brw.Reader}, &tls.Config{
 		Certificates: []tls.Certificate{*leaf}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12,
 	})
-	if err := tc.Handshake(); err != nil {
+	ctx, cancel := context.WithTimeout(p.ctx, ReadHeaderTimeout)
+	err = tc.HandshakeContext(ctx)
+	cancel()
+	if err != nil {
 		p.deny(t.dec, "TLS handshake with the sandbox failed: "+err.Error())
 		return
 	}
-	br := bufio.NewReader(tc)
-	for {
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		req.URL.Scheme, req.URL.Host = "https", net.JoinHostPort(t.host, strconv.Itoa(t.port))
-		req.RequestURI = ""
-		req = req.WithContext(p.ctx) // Close ends requests still waiting upstream
-		rt := &target{host: t.host, port: t.port, cred: t.cred,
-			dec: &Decision{Method: req.Method, Host: t.host, Port: t.port, Credential: t.cred.Header}}
-		rw := newConnResponseWriter(tc)
-		p.forward(rw, req, rt)
-		if err := rw.finish(); err != nil || req.Close || rw.closeAfter {
-			return
-		}
-		select {
-		case <-p.done:
-			return
-		default:
-		}
+	conn.SetDeadline(time.Time{})
+	if !p.startInner() {
+		return
 	}
+	// The inner server closes the connection (and so releases its
+	// MaxConns slot) when done with it.
+	handed = p.innerL.hand(&interceptedConn{Conn: tc, t: t})
+}
+
+// startInner starts the inner server on first use; it reports false once
+// the proxy is closed.
+func (p *Proxy) startInner() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	if !p.started {
+		p.started = true
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.inner.Serve(p.innerL)
+		}()
+	}
+	return true
+}
+
+// serveIntercepted forwards a request read inside an intercepted TLS
+// connection to the connection's host, with the credential. A request
+// naming another host (domain fronting) is refused.
+func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request) {
+	ct, _ := r.Context().Value(connKey{}).(*target)
+	if ct == nil {
+		http.Error(w, "agentsandbox proxy: no target", http.StatusInternalServerError)
+		return
+	}
+	t := &target{host: ct.host, port: ct.port, cred: ct.cred, scrub: ct.scrub,
+		dec: &Decision{Method: r.Method, Host: ct.host, Port: ct.port, Credential: ct.cred.Header}}
+	if r.Method == http.MethodConnect {
+		p.refuse(w, t, "CONNECT inside an intercepted connection")
+		return
+	}
+	if !sameHost(r.Host, t) {
+		p.refuse(w, t, fmt.Sprintf("Host %q is not %s: the credential goes to %s only", r.Host, t.host, t.host))
+		return
+	}
+	p.forward(w, r, t, "https", 443)
 }
 
 // localAddrs returns the addresses of this host's interfaces.
@@ -435,7 +660,7 @@ func localAddrs() map[netip.Addr]bool {
 type limitListener struct {
 	net.Listener
 	sem   chan struct{}
-	track func(net.Conn, bool)
+	track func(net.Conn, bool) bool
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -445,7 +670,11 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		<-l.sem
 		return nil, err
 	}
-	l.track(c, true)
+	if !l.track(c, true) {
+		c.Close()
+		<-l.sem
+		return nil, net.ErrClosed
+	}
 	return &limitConn{Conn: c, release: func() { l.track(c, false); <-l.sem }}, nil
 }
 
@@ -459,6 +688,57 @@ func (c *limitConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
+}
+
+// chanListener is the inner server's listener: intercept hands it
+// connections whose TLS handshake is done.
+type chanListener struct {
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newChanListener() *chanListener {
+	return &chanListener{ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// hand passes c to Accept; it reports false if the listener is closed.
+func (l *chanListener) hand(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *chanListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *chanListener) Addr() net.Addr { return pipeAddr{} }
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "intercepted" }
+
+// interceptedConn is an intercepted TLS connection and its CONNECT target.
+// It is not a *tls.Conn, so the inner server takes it as plain HTTP/1.1 and
+// does not start a handshake of its own.
+type interceptedConn struct {
+	net.Conn
+	t *target
 }
 
 type bufConn struct {
@@ -480,6 +760,9 @@ func (c *countReader) Read(p []byte) (int, error) {
 }
 func (c *countReader) Close() error { return c.r.Close() }
 
+// countWriter counts the body bytes sent to the sandbox. Neither it nor
+// scrubWriter has an Unwrap method, so ReverseProxy cannot hijack the
+// connection for a protocol switch (101), which would bypass the scrubber.
 type countWriter struct {
 	http.ResponseWriter
 	n int64
@@ -495,154 +778,4 @@ func (c *countWriter) Flush() {
 	if f, ok := c.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
-}
-
-// scrubWriter replaces the credential's value in response headers and body
-// with "[redacted]", so an upstream that echoes requests back cannot hand
-// the secret to the sandbox. It holds back len(secret)-1 bytes so a secret
-// split across writes is caught.
-type scrubWriter struct {
-	*countWriter
-	secret []byte
-	tail   []byte
-	wrote  bool
-	drop   bool // the body is encoded and cannot be scrubbed
-}
-
-var redacted = []byte("[redacted]")
-
-func (s *scrubWriter) WriteHeader(code int) {
-	if s.wrote {
-		return
-	}
-	if code < 200 { // informational (103 Early Hints): more headers follow
-		s.scrubValues()
-		s.countWriter.ResponseWriter.WriteHeader(code)
-		return
-	}
-	s.scrubHeaders()
-	if s.drop {
-		code = http.StatusBadGateway
-	}
-	s.countWriter.ResponseWriter.WriteHeader(code)
-	if s.drop {
-		s.countWriter.Write([]byte(encodedMsg))
-	}
-}
-
-const encodedMsg = "agentsandbox proxy: the upstream sent an encoded (compressed) response, which cannot be checked for the credential\n"
-
-func (s *scrubWriter) scrubHeaders() {
-	if s.wrote {
-		return
-	}
-	s.wrote = true
-	h := s.countWriter.Header()
-	h.Del("Content-Length") // the body may change length
-	// The transport decompresses gzip it asked for; any other encoding
-	// would hide the secret from the scrubber.
-	if ce := h.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		s.drop = true
-		clear(h)
-		h.Set("Content-Type", "text/plain; charset=utf-8")
-		return
-	}
-	s.scrubValues()
-}
-
-func (s *scrubWriter) scrubValues() {
-	h := s.countWriter.Header()
-	for k, vs := range h {
-		for i, v := range vs {
-			h[k][i] = strings.ReplaceAll(v, string(s.secret), string(redacted))
-		}
-	}
-}
-
-func (s *scrubWriter) Write(p []byte) (int, error) {
-	if !s.wrote {
-		s.WriteHeader(http.StatusOK)
-	}
-	if s.drop {
-		return len(p), nil
-	}
-	buf := append(s.tail, p...)
-	buf = bytes.ReplaceAll(buf, s.secret, redacted)
-	keep := min(len(s.secret)-1, len(buf))
-	s.tail = append([]byte(nil), buf[len(buf)-keep:]...)
-	if _, err := s.countWriter.Write(buf[:len(buf)-keep]); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-func (s *scrubWriter) flushTail() {
-	if len(s.tail) > 0 && !s.drop {
-		s.countWriter.Write(s.tail)
-		s.tail = nil
-	}
-}
-
-// connResponseWriter is a minimal http.ResponseWriter over an intercepted
-// TLS connection: it writes an HTTP/1.1 response, chunked.
-type connResponseWriter struct {
-	c          net.Conn
-	bw         *bufio.Writer
-	h          http.Header
-	code       int
-	started    bool
-	chunked    bool
-	closeAfter bool
-}
-
-func newConnResponseWriter(c net.Conn) *connResponseWriter {
-	return &connResponseWriter{c: c, bw: bufio.NewWriter(c), h: http.Header{}}
-}
-
-func (w *connResponseWriter) Header() http.Header { return w.h }
-
-func (w *connResponseWriter) WriteHeader(code int) {
-	if w.started || code < 200 { // informational responses are not passed on
-		return
-	}
-	w.started, w.code = true, code
-	w.h.Del("Transfer-Encoding")
-	if w.h.Get("Content-Length") == "" && code != http.StatusNoContent && code != http.StatusNotModified && code >= 200 {
-		w.chunked = true
-		w.h.Set("Transfer-Encoding", "chunked")
-	}
-	if strings.EqualFold(w.h.Get("Connection"), "close") {
-		w.closeAfter = true
-	}
-	fmt.Fprintf(w.bw, "HTTP/1.1 %d %s\r\n", code, http.StatusText(code))
-	w.h.Write(w.bw)
-	w.bw.WriteString("\r\n")
-}
-
-func (w *connResponseWriter) Write(p []byte) (int, error) {
-	if !w.started {
-		w.WriteHeader(http.StatusOK)
-	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	if w.chunked {
-		fmt.Fprintf(w.bw, "%x\r\n", len(p))
-		w.bw.Write(p)
-		_, err := w.bw.WriteString("\r\n")
-		return len(p), err
-	}
-	return w.bw.Write(p)
-}
-
-func (w *connResponseWriter) Flush() { w.bw.Flush() }
-
-func (w *connResponseWriter) finish() error {
-	if !w.started {
-		w.WriteHeader(http.StatusOK)
-	}
-	if w.chunked {
-		w.bw.WriteString("0\r\n\r\n")
-	}
-	return w.bw.Flush()
 }
