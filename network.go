@@ -68,8 +68,23 @@ type NetworkPolicy struct {
 
 // Credential is a header the proxy adds to every request to Host, such as
 // {Host: "api.example.com", Header: "Authorization", Value: "Bearer ..."}.
+//
+// The proxy adds it only to requests it sends to Host itself: the upstream
+// request's Host header, TLS server name and dialed address all belong to
+// Host, and a request from the sandbox naming another host in its Host
+// header (domain fronting) is refused (403). It goes over HTTPS only unless
+// AllowHTTP is set. The value, and its base64 (standard and URL, also at any
+// offset inside a larger encoded blob), hex, URL-encoded and JSON/JS-escaped
+// forms in any ASCII case, are replaced by "[redacted]" in response headers,
+// bodies and trailers, even when split across reads; encoded forms shorter
+// than 8 bytes are not looked for. The scrubber cannot find a value the
+// upstream transforms otherwise (encrypts, hashes, reverses, ...).
 type Credential struct {
 	Host, Header, Value string
+	// AllowHTTP sends the credential over plain HTTP too; off by default,
+	// because the value would cross the network readable. Without it a
+	// plain http:// request to Host is refused (403).
+	AllowHTTP bool
 }
 
 // AllowHosts returns a policy allowing only the given hosts (patterns as in
@@ -204,7 +219,7 @@ func (s *Sandbox) createNetwork(ctx context.Context) (env, dns []string, err err
 		rules, _ := egress.ParseRules(p.Allow)
 		creds := map[string]egress.Credential{}
 		for _, c := range p.Credentials {
-			creds[strings.ToLower(c.Host)] = egress.Credential{Header: c.Header, Value: c.Value}
+			creds[strings.ToLower(c.Host)] = egress.Credential{Header: c.Header, Value: c.Value, AllowHTTP: c.AllowHTTP}
 		}
 		if len(creds) > 0 {
 			if n.ca, err = egress.NewCA(); err != nil {
