@@ -436,7 +436,7 @@ func (s *Sandbox) CopyOut(ctx context.Context, src, hostDir string, opts ...Copy
 	case errors.Is(err, tarsafe.ErrUnsafePath) && !errors.Is(err, ErrUnsafePath):
 		err = fmt.Errorf("%w: %w", ErrUnsafePath, err)
 	case errors.Is(err, tarsafe.ErrTooLarge), errors.Is(err, ErrFileTooLarge):
-		err = fmt.Errorf("%w: the copy would exceed %d bytes of file contents or %d entries (see CopyLimit): %w",
+		err = fmt.Errorf("%w: over CopyLimit (%d bytes of file contents, %d entries): %v",
 			ErrTooLarge, o.maxBytes, o.maxEntries, err)
 	}
 	attrs := []slog.Attr{slog.String("sandbox", s.id), slog.String("path", p), slog.String("host_dir", hostDir),

@@ -178,7 +178,7 @@ func (s *Sandbox) copyWorkdir(ctx context.Context, dst string) error {
 	pr.CloseWithError(errors.New("aborted"))
 	rc.Close() // ends a rebase still reading
 	if e := <-rerr; errors.Is(e, ErrTooLarge) {
-		return fmt.Errorf("sandbox: snapshot: %w", e)
+		return e
 	}
 	if err != nil {
 		return s.engineErr("snapshot: write workdir", err)
@@ -247,7 +247,7 @@ func rebase(w io.Writer, r io.Reader, from, to string, parents bool, maxBytes in
 			}
 		}
 		if total += hdr.Size; maxBytes > 0 && total > maxBytes {
-			return fmt.Errorf("%w: the working directory's files hold more than %d bytes (Limits.Disk) at their full size at %q; sparse files count in full",
+			return fmt.Errorf("%w: snapshot: the working directory's files add up to more than %d bytes (the disk limit) at %q; sparse files count in full",
 				ErrTooLarge, maxBytes, rest)
 		}
 		if err := tw.WriteHeader(hdr); err != nil {
