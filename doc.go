@@ -63,7 +63,18 @@
 // gives ErrNotRegular) and at most Limits.FileSize bytes
 // (ErrFileTooLarge). CopyOut never writes outside the host directory it is
 // given, whatever the sandbox's code planted (symbolic links to "/", "../"
-// names).
+// names): links that point out are left out and reported (or fatal, with
+// StrictLinks), and the whole copy is bounded (CopyLimit, ErrTooLarge).
+//
+// # What the host takes from a sandbox
+//
+// Every byte the library takes from a sandbox is bounded by default: a
+// read by Limits.FileSize, captured output by Limits.OutputBytes per
+// stream, a CopyOut by CopyLimit, a snapshot by Limits.Disk (sparse files
+// count in full), and the egress proxy's requests by its header, timeout
+// and connection bounds (see NetworkPolicy). Host memory stays flat
+// whatever the sandbox sends: data is streamed, never gathered whole beyond
+// those bounds.
 //
 // # Lifetime and cleanup
 //

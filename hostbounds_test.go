@@ -128,7 +128,11 @@ func TestHostBoundsSnapshot(t *testing.T) {
 	sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{Disk: 64 << 20}))
 	ctx := testCtx(t)
 	ftExec(t, sb, `for i in 1 2 3 4 5 6; do truncate -s 255M s$i || exit 1; done`)
+	heap0 := heapNow()
 	snap, err := sb.Snapshot(ctx)
+	if grew := heapNow() - heap0; grew > 16<<20 {
+		t.Errorf("host heap grew by %d bytes", grew)
+	}
 	if err == nil {
 		snap.Remove(ctx)
 		t.Fatal("Snapshot of 1.5 GB of sparse files in a 64 MiB disk succeeded")
