@@ -5,6 +5,45 @@
 // unless a CIDR rule names them, bounds concurrent connections, and — for
 // hosts with a credential — terminates TLS with a per-sandbox CA to add the
 // credential's header upstream, so the secret never enters the sandbox.
+//
+// What a sandbox can make the host hold is bounded:
+//   - connections: at most Config.MaxConns (default 128) at once, tunnels
+//     and intercepted TLS connections included; more wait in the listen
+//     queue;
+//   - request heads: MaxHeaderBytes (64 KiB) on the proxy connection and
+//     inside intercepted connections (431 beyond), read within
+//     ReadHeaderTimeout (30 s), which also bounds the sandbox's TLS
+//     handshake; upstream response heads: MaxResponseHeaderBytes (1 MiB),
+//     within 2 minutes;
+//   - time: a kept-alive connection waits min(KeepAliveTimeout (2 min),
+//     Config.IdleTimeout) for its next request; a tunnel with no byte either
+//     way for Config.IdleTimeout (default 5 min) is closed;
+//   - bodies are streamed, never buffered; the credential scrubber holds
+//     back at most the length of the longest encoded form of the secret.
+//
+// A request or response in progress is not bounded in time: a sandbox that
+// sends its body slowly, or stops reading a response, holds one of its
+// MaxConns connections (and one upstream connection).
+//
+// Names are resolved only once the policy allows them, so no DNS query
+// leaves the host for a name not on the allow-list.
+//
+// A credential is added only to requests sent to its host: the upstream
+// request's Host header, TLS server name and dialed address are the
+// host's, and a request inside an intercepted connection whose Host header
+// (or absolute URL) names another host is refused (403), so it cannot be
+// fronted onto another tenant of the same CDN. (Through the plain proxy, an
+// absolute URL's host is the one used; a Host header behind it is ignored,
+// as HTTP requires.) Plain http:// requests to a credential host are
+// refused unless Credential.AllowHTTP is set. The scrubber removes the
+// secret from response headers, bodies and trailers, as is and in its
+// base64 (standard and URL alphabets, at any offset inside a larger
+// blob), hex, URL-escaped and JSON/JS-escaped forms, in any ASCII case,
+// across write boundaries; encoded forms shorter than 8 bytes are not
+// looked for. It cannot catch a secret the upstream transforms otherwise
+// (encrypts, hashes, reverses, compresses with an encoding it did not ask
+// for — such a response is replaced by a 502 —, wraps across lines, or
+// encodes twice).
 package egress
 
 import (
