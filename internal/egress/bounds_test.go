@@ -271,3 +271,85 @@ func TestEgressIdleTimeout(t *testing.T) {
 type zeros struct{}
 
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// Close returns promptly when every connection slot is taken (the accept
+// loop waits for a free slot) and closes the listener.
+func TestEgressCloseAtMaxConns(t *testing.T) {
+	l := echoServer(t)
+	port := portOf(t, l.Addr().String())
+	p := egress.New(egress.Config{
+		Policy:   policy(t, "echo.test:"+port, "127.0.0.1/32"),
+		Resolve:  resolver(map[string][]string{"echo.test": {"127.0.0.1"}}, nil),
+		MaxConns: 2,
+	})
+	pl := l2(t, "127.0.0.1:0")
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(pl) }()
+	for range 2 {
+		if _, _, resp := rawConnect(t, pl.Addr().String(), "echo.test:"+port, nil); resp.StatusCode != 200 {
+			t.Fatalf("CONNECT = %s", resp.Status)
+		}
+	}
+	// A third connection waits in the listen queue.
+	c, err := net.Dial("tcp", pl.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(50 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return within 5s with every connection slot taken")
+	}
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+	if c, err := net.Dial("tcp", pl.Addr().String()); err == nil {
+		c.Close()
+		t.Error("the proxy still accepts connections after Close")
+	}
+}
+
+// An upstream's response head beyond MaxResponseHeaderBytes is a 502, and
+// the proxy does not hold it: the upstream streams a 64 MiB header line.
+func TestEgressHugeResponseHeader(t *testing.T) {
+	l := l2(t, "127.0.0.1:0")
+	upDone := make(chan struct{})
+	go func() {
+		defer close(upDone)
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		http.ReadRequest(bufio.NewReader(c))
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Big: ")
+		chunk := []byte(strings.Repeat("b", 64<<10))
+		for range 1024 {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { l.Close(); <-upDone }()
+	port := portOf(t, l.Addr().String())
+	h := startProxy(t, egress.Config{
+		Policy:  policy(t, "api.test:"+port, "127.0.0.1/32"),
+		Resolve: resolver(map[string][]string{"api.test": {"127.0.0.1"}}, nil),
+	})
+	c := h.client(t, nil)
+	var code int
+	var body string
+	alloc, _ := heapGrowth(func() { code, body, _ = get(t, c, "http://api.test:"+port+"/") })
+	t.Logf("a 64 MiB response header line: %d %q, %d KiB allocated", code, body, alloc>>10)
+	if code != http.StatusBadGateway || !strings.Contains(body, "exceeded") {
+		t.Errorf("GET = %d %q, want 502 (response headers exceeded)", code, body)
+	}
+	if alloc > 16<<20 { // 1 MiB read as a growing line, and copies
+		t.Errorf("%d MiB allocated for one response header line, want under 16 MiB", alloc>>20)
+	}
+}

@@ -205,8 +205,8 @@ func New(cfg Config) *Proxy {
 
 // Serve accepts connections on l until Close.
 func (p *Proxy) Serve(l net.Listener) error {
-	err := p.srv.Serve(&limitListener{Listener: l, sem: make(chan struct{}, p.cfg.MaxConns), track: p.track})
-	if errors.Is(err, http.ErrServerClosed) {
+	err := p.srv.Serve(&limitListener{Listener: l, sem: make(chan struct{}, p.cfg.MaxConns), track: p.track, done: p.ctx.Done()})
+	if errors.Is(err, http.ErrServerClosed) || p.ctx.Err() != nil && errors.Is(err, net.ErrClosed) {
 		return nil
 	}
 	return err
@@ -491,6 +491,7 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	t.dec.Allowed, t.dec.Addr = true, up.RemoteAddr().String()
 	defer up.Close()
 	if !p.track(up, true) {
+		http.Error(w, "agentsandbox proxy: closing", http.StatusServiceUnavailable)
 		return
 	}
 	defer p.track(up, false)
@@ -661,10 +662,18 @@ type limitListener struct {
 	net.Listener
 	sem   chan struct{}
 	track func(net.Conn, bool) bool
+	done  <-chan struct{} // closed by Close
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
-	l.sem <- struct{}{}
+	// Waiting for a free slot must end at Close: http.Server.Close waits
+	// for this loop before it closes the connections holding the slots.
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		l.Listener.Close()
+		return nil, net.ErrClosed
+	}
 	c, err := l.Listener.Accept()
 	if err != nil {
 		<-l.sem
