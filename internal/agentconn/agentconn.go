@@ -192,6 +192,9 @@ func (c *Conn) dispatch(f wire.Frame) {
 			}
 		}
 	case wire.Exited:
+		if ch.exited == nil {
+			return // not a command (a file operation): nothing exits
+		}
 		select {
 		case <-ch.exited: // a second one: ignored
 		default:

@@ -120,7 +120,9 @@ func (o *FileOp) ReadAll(limit int64) ([]byte, error) {
 		return nil, err
 	}
 	// A Read's announced size came before its data: room for all of it.
-	size := max(o.ch.size.Load(), int64(n))
+	// The size is the agent's word: it is believed up to limit and
+	// maxSizeHint, beyond which the buffer grows with what comes.
+	size := min(max(o.ch.size.Load(), int64(n)), maxSizeHint)
 	if limit > 0 {
 		size = min(size, limit)
 	}
@@ -138,6 +140,11 @@ func (o *FileOp) ReadAll(limit int64) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// maxSizeHint is the most ReadAll allocates ahead of the data on the
+// strength of the size a Read announced (Limits.FileSize by default). A
+// variable for FuzzConn, which cannot afford such allocations.
+var maxSizeHint int64 = 256 << 20
 
 // ErrTooMuch is returned by ReadAll for output over its limit.
 var ErrTooMuch = errors.New("agentconn: output over the limit")
