@@ -1,8 +1,11 @@
 package sandbox_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -186,5 +189,41 @@ func TestShmAndMqueue(t *testing.T) {
 	}
 	if got := ftExec(t, sb, `awk '/msgqueue/ {print $4, $5}' /proc/self/limits`); got != "819200 819200\n" {
 		t.Errorf("RLIMIT_MSGQUEUE: %q, want 819200 819200", got)
+	}
+}
+
+// TestCopyOutSkippedAudit: links CopyOut leaves out are named in its audit
+// record, and the copy around them succeeds.
+func TestCopyOutSkippedAudit(t *testing.T) {
+	t.Parallel()
+	var log bytes.Buffer
+	sb := newSandbox(t, sandbox.WithLogger(slog.New(slog.NewJSONHandler(&log, nil))))
+	ctx := testCtx(t)
+	ftExec(t, sb, `set -e; mkdir -p proj/.venv/bin && ln -s /usr/bin/python3 proj/.venv/bin/python &&
+ln -s python proj/.venv/bin/python3 && echo 'print(1)' > proj/main.py`)
+	host := t.TempDir()
+	if err := sb.CopyOut(ctx, "proj", host); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(filepath.Join(host, "proj/main.py")); err != nil || string(data) != "print(1)\n" {
+		t.Errorf("main.py: %q, %v", data, err)
+	}
+	if target, err := os.Readlink(filepath.Join(host, "proj/.venv/bin/python3")); err != nil || target != "python" {
+		t.Errorf("the inside link: %q, %v", target, err)
+	}
+	var rec struct {
+		Msg          string
+		SkippedLinks int      `json:"skipped_links"`
+		Skipped      []string `json:"skipped"`
+	}
+	for _, line := range bytes.Split(log.Bytes(), []byte("\n")) {
+		if bytes.Contains(line, []byte(`"sandbox.file.copyout"`)) {
+			if err := json.Unmarshal(line, &rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if rec.SkippedLinks != 1 || len(rec.Skipped) != 1 || rec.Skipped[0] != "proj/.venv/bin/python -> /usr/bin/python3" {
+		t.Errorf("audit record of the copy: %+v; want the one skipped link named", rec)
 	}
 }

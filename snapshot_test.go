@@ -685,7 +685,7 @@ func TestSnapshotBadInput(t *testing.T) {
 	// Fork fails, names the sandbox and the step, and the forks already
 	// made are removed.
 	big := newSandbox(t)
-	snapRun(t, big, "head -c 3145728 /dev/zero > fill", 0)
+	snapRun(t, big, "head -c 3145728 /dev/urandom > fill", 0) // zeros would be restored as a hole
 	bsn := takeSnapshot(t, big)
 	forks, err = bsn.Fork(ctx, 4, sandbox.WithLimits(sandbox.Limits{Disk: 2 << 20}))
 	if err == nil || forks != nil || !strings.Contains(err.Error(), "of 4") || !strings.Contains(err.Error(), "restore") {
