@@ -59,6 +59,8 @@ type Cmd struct {
 
 	ctx       context.Context
 	sb        *Sandbox
+	noTimeout bool // the library's own long-lived process: no ExecTimeout
+	quiet     bool // no sandbox.exec record (the caller logs its own)
 	err       error // from Command
 	started   bool
 	finished  bool
@@ -273,7 +275,7 @@ func (c *Cmd) Start() error {
 	}
 	c.started = true
 	ctx := c.ctx
-	if t := s.cfg.limits.ExecTimeout; t > 0 {
+	if t := s.cfg.limits.ExecTimeout; t > 0 && !c.noTimeout {
 		ctx, c.cancel = context.WithTimeout(ctx, t)
 	} else {
 		ctx, c.cancel = context.WithCancel(ctx)
@@ -432,15 +434,21 @@ func (c *Cmd) Wait() error {
 		}
 	}
 	c.ProcessState = out
-	s.log.LogAttrs(c.ctx, slog.LevelInfo, "sandbox.exec",
-		slog.String("sandbox", s.id), slog.Any("args", c.Args), slog.String("user", c.User),
-		slog.String("dir", c.Dir), slog.Int("exit_code", code), slog.Duration("duration", out.duration),
-		slog.Int64("stdout_bytes", c.stdoutN.n), slog.Int64("stderr_bytes", c.stderrN.n),
-		slog.Bool("timed_out", out.TimedOut()), slog.Bool("killed", out.Killed()), slog.Bool("oom_killed", out.oom))
+	if !c.quiet {
+		c.logExec(code, out)
+	}
 	if code != 0 || out.killCause != nil {
 		return &ExitError{Code: code, OOMKilled: out.oom, cause: out.killCause}
 	}
 	return nil
+}
+
+func (c *Cmd) logExec(code int, out *ProcessState) {
+	c.sb.log.LogAttrs(c.ctx, slog.LevelInfo, "sandbox.exec",
+		slog.String("sandbox", c.sb.id), slog.Any("args", c.Args), slog.String("user", c.User),
+		slog.String("dir", c.Dir), slog.Int("exit_code", code), slog.Duration("duration", out.duration),
+		slog.Int64("stdout_bytes", c.stdoutN.n), slog.Int64("stderr_bytes", c.stderrN.n),
+		slog.Bool("timed_out", out.TimedOut()), slog.Bool("killed", out.Killed()), slog.Bool("oom_killed", out.oom))
 }
 
 // exit waits for the agent to report the command's exit. A command that
