@@ -59,8 +59,8 @@ type Cmd struct {
 
 	ctx       context.Context
 	sb        *Sandbox
-	noTimeout bool // the library's own long-lived process: no ExecTimeout
-	quiet     bool // no sandbox.exec record (the caller logs its own)
+	noTimeout bool  // the library's own long-lived process: no ExecTimeout
+	quiet     bool  // no sandbox.exec record (the caller logs its own)
 	err       error // from Command
 	started   bool
 	finished  bool

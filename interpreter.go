@@ -37,8 +37,8 @@ type Interpreter struct {
 	Stdout, Stderr io.Writer
 
 	sb     *Sandbox
-	lang   string   // "python", "bash" or "sh"
-	argv   []string // how the process starts
+	lang   string     // "python", "bash" or "sh"
+	argv   []string   // how the process starts
 	mu     sync.Mutex // held by Run
 	closed atomic.Bool
 	pmu    sync.Mutex  // guards p
