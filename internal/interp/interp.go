@@ -142,22 +142,30 @@ func (m *Marker) Write(p []byte) (int, error) {
 	}
 	buf := append(m.held, p...)
 	m.held = nil
-	if i := bytes.Index(buf, m.prefix); i >= 0 {
+	for start := 0; ; {
+		i := bytes.Index(buf[start:], m.prefix)
+		if i < 0 {
+			break
+		}
+		i += start
 		tail := buf[i+len(m.prefix):]
-		if j := bytes.IndexByte(tail, '\n'); j >= 0 {
-			if n, err := strconv.Atoi(string(tail[:j])); err == nil && j <= maxStatus {
-				m.emit(buf[:i])
-				m.found, m.status = true, n
-				m.keepRest(tail[j+1:])
-				return len(p), nil
-			}
-		} else if len(tail) <= maxStatus {
+		j := bytes.IndexByte(tail, '\n')
+		if j < 0 && len(tail) <= maxStatus && digits(tail) {
+			// Perhaps the marker, cut: wait for the rest.
 			m.emit(buf[:i])
 			m.held = append([]byte(nil), buf[i:]...)
 			return len(p), nil
 		}
-		// Not a marker after all (the nonce is secret, so only garbage
-		// after it could do this): pass it on.
+		if j > 0 && j <= maxStatus && digits(tail[:j]) {
+			m.status, _ = strconv.Atoi(string(tail[:j]))
+			m.emit(buf[:i])
+			m.found = true
+			m.keepRest(tail[j+1:])
+			return len(p), nil
+		}
+		// Not a marker (the nonce is secret, so only a bug or chance
+		// could do this): it is output.
+		start = i + 1
 	}
 	keep := 0
 	for k := min(len(m.prefix)-1, len(buf)); k > 0; k-- {
@@ -169,6 +177,16 @@ func (m *Marker) Write(p []byte) (int, error) {
 	m.emit(buf[:len(buf)-keep])
 	m.held = append([]byte(nil), buf[len(buf)-keep:]...)
 	return len(p), nil
+}
+
+// digits reports whether b is ASCII digits only.
+func digits(b []byte) bool {
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 func (m *Marker) keepRest(b []byte) {
