@@ -24,8 +24,8 @@ func TestMarker(t *testing.T) {
 	const nonce = "as00ff"
 	for _, tc := range []struct {
 		in, out, rest string
-		status       int
-		found        bool
+		status        int
+		found         bool
 	}{
 		{"hello\n\nas00ff:0\n", "hello\n", "", 0, true},
 		{"hello\nas00ff:17\nlate", "hello", "late", 17, true},
