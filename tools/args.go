@@ -48,6 +48,12 @@ type bashCall struct {
 	timeout time.Duration // 0: the Set's default
 }
 
+// pythonCall is a checked python call.
+type pythonCall struct {
+	code    string
+	timeout time.Duration // 0: the Set's default
+}
+
 // editorCall is a checked str_replace_editor call. Pointers are nil for
 // parameters that were not given (or were null).
 type editorCall struct {
@@ -81,6 +87,7 @@ var editorCommands = []string{cmdView, cmdCreate, cmdStrReplace, cmdInsert, cmdU
 // parameter names of each tool, in the order they are listed to the model.
 var (
 	bashParams   = []string{"command", "timeout"}
+	pythonParams = []string{"code", "timeout"}
 	editorParams = []string{"command", "path", "file_text", "old_str", "new_str", "insert_line", "view_range"}
 	submitParams = []string{"answer"}
 )
@@ -88,6 +95,7 @@ var (
 // argExamples are shown when the arguments are not a JSON object.
 var argExamples = map[string]string{
 	ExecuteBash: `{"command": "ls -la"}`,
+	Python:      `{"code": "print(1 + 1)"}`,
 	Editor:      `{"command": "view", "path": "/workspace"}`,
 	Submit:      `{"answer": "42"}`,
 }
@@ -99,12 +107,14 @@ func parse(name, argsJSON string) (any, error) {
 	switch name {
 	case ExecuteBash:
 		params = bashParams
+	case Python:
+		params = pythonParams
 	case Editor:
 		params = editorParams
 	case Submit:
 		params = submitParams
 	default:
-		return nil, mistakef("Unknown tool %s. The tools are: %s, %s, %s.", quote(name), ExecuteBash, Editor, Submit)
+		return nil, mistakef("Unknown tool %s. The tools are: %s, %s, %s, %s.", quote(name), ExecuteBash, Python, Editor, Submit)
 	}
 	args, err := decodeObject(name, argsJSON, params)
 	if err != nil {
@@ -113,6 +123,8 @@ func parse(name, argsJSON string) (any, error) {
 	switch name {
 	case ExecuteBash:
 		return parseBash(args)
+	case Python:
+		return parsePython(args)
 	case Editor:
 		return parseEditor(args)
 	default:
@@ -285,19 +297,39 @@ func parseBash(args map[string]json.RawMessage) (any, error) {
 	if strings.ContainsRune(cmd, 0) {
 		return nil, mistakef("The command contains a NUL byte, which a shell command cannot hold.")
 	}
-	c := bashCall{command: cmd}
-	t, ok, err := number(args, "timeout")
+	timeout, err := parseTimeout(args)
 	if err != nil {
 		return nil, err
 	}
-	if ok {
-		if !(t > 0) || t > maxTimeout.Seconds() {
-			return nil, mistakef("Parameter `timeout` must be a number of seconds greater than 0 and at most %d, got %s.",
-				int(maxTimeout.Seconds()), describe(args["timeout"]))
-		}
-		c.timeout = max(time.Duration(t*float64(time.Second)), time.Millisecond)
+	return bashCall{command: cmd, timeout: timeout}, nil
+}
+
+// parseTimeout checks the optional timeout parameter (0: not given).
+func parseTimeout(args map[string]json.RawMessage) (time.Duration, error) {
+	t, ok, err := number(args, "timeout")
+	if err != nil || !ok {
+		return 0, err
 	}
-	return c, nil
+	if !(t > 0) || t > maxTimeout.Seconds() {
+		return 0, mistakef("Parameter `timeout` must be a number of seconds greater than 0 and at most %d, got %s.",
+			int(maxTimeout.Seconds()), describe(args["timeout"]))
+	}
+	return max(time.Duration(t*float64(time.Second)), time.Millisecond), nil
+}
+
+func parsePython(args map[string]json.RawMessage) (any, error) {
+	code, ok, err := str(args, "code")
+	if err != nil {
+		return nil, err
+	}
+	if !ok || strings.TrimSpace(code) == "" {
+		return nil, mistakef("Parameter `code` is required for %s: the Python code to run.", Python)
+	}
+	timeout, err := parseTimeout(args)
+	if err != nil {
+		return nil, err
+	}
+	return pythonCall{code: code, timeout: timeout}, nil
 }
 
 func parseEditor(args map[string]json.RawMessage) (any, error) {

@@ -21,6 +21,9 @@
 //
 // The tools are:
 //
+//   - python {code, timeout?}: runs code in a persistent Python session
+//     (a sandbox.Interpreter started on the first call), like a notebook
+//     cell; see [Python].
 //   - execute_bash {command, timeout?}: runs the command with /bin/sh -c in
 //     the sandbox's working directory and shows the exit code, then
 //     standard output and standard error in "[stdout]" and "[stderr]"
@@ -64,6 +67,18 @@ const (
 	// ExecuteBash runs a shell command: {"command": string, "timeout"?:
 	// seconds}.
 	ExecuteBash = "execute_bash"
+
+	// Python runs code in a persistent Python session: {"code": string,
+	// "timeout"?: seconds}. Variables, imports and loaded data stay from
+	// one call to the next, as in a notebook. The result shows standard
+	// output and standard error, the value of a trailing expression, and
+	// the error with its traceback; each matplotlib figure (and any image
+	// displayed) is saved as a PNG file in the working directory's
+	// figures/ directory, named in the text, and returned in
+	// Result.Images. A timeout interrupts the code (KeyboardInterrupt,
+	// state kept); code that ignores it is killed and the session starts
+	// anew, which the result says.
+	Python = "python"
 
 	// Editor views, creates and edits files: {"command": "view" | "create" |
 	// "str_replace" | "insert" | "undo_edit", "path": absolute path,
@@ -123,6 +138,26 @@ type Set struct {
 	answer    string
 	submitted bool
 	workdir   string // found on first need
+
+	pyMu    sync.Mutex // serializes python calls
+	py      *sandbox.Interpreter
+	figures int // images saved so far
+}
+
+// Result is a tool's result: the text for the model and the images the
+// call produced (python's figures), for protocols that can show a model
+// images (an MCP image content, a message's image part).
+type Result struct {
+	Text   string
+	Images []Image
+}
+
+// Image is an image a tool call produced, also saved in the sandbox at
+// Path.
+type Image struct {
+	MIME string
+	Data []byte
+	Path string
 }
 
 // version is a file's content before an edit.
@@ -193,6 +228,22 @@ var definitions = []Definition{
     "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400, "description": "Seconds after which the command is killed. Optional; the sandbox's limit applies anyway."}
   },
   "required": ["command"],
+  "additionalProperties": false
+}`),
+	},
+	{
+		Name: Python,
+		Description: `Run Python code in a persistent Python session in the sandbox, like a Jupyter notebook: variables, imports, functions and loaded data stay from one call to the next, so load a file once and reuse it.
+* The value of the last expression is shown (a pandas DataFrame as a table), with standard output, standard error and any error with its traceback.
+* matplotlib figures are captured automatically: each one is saved as a PNG in /workspace/figures (or the working directory's figures/) and named in the result; do not call plt.show() to display them, and call savefig yourself only to save a figure elsewhere.
+* input() is not available. Long-running code is interrupted at the timeout (the session is kept); code that cannot be interrupted is killed and the session restarts empty.`,
+		Parameters: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "code": {"type": "string", "description": "The Python code to run, e.g. \"import pandas as pd\\ndf = pd.read_csv('data.csv')\\ndf.describe()\"."},
+    "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400, "description": "Seconds after which the code is interrupted. Optional; the sandbox's limit applies anyway."}
+  },
+  "required": ["code"],
   "additionalProperties": false
 }`),
 	},
@@ -297,29 +348,55 @@ func (t *Set) AnthropicTools() []map[string]any {
 // sandbox.ErrSandboxGone or sandbox.ErrClosed) or ctx ending, when the text
 // may still describe what ran until then.
 func (t *Set) Call(ctx context.Context, name, argsJSON string) (string, error) {
+	r, err := t.CallResult(ctx, name, argsJSON)
+	return r.Text, err
+}
+
+// CallResult is Call, also returning the images the call produced (the
+// python tool's figures), for callers whose protocol can show them to the
+// model. The text names each image's path in the sandbox either way.
+func (t *Set) CallResult(ctx context.Context, name, argsJSON string) (Result, error) {
 	c, err := parse(name, argsJSON)
 	if err != nil {
 		var rp *relPathError
 		if errors.As(err, &rp) {
-			return rp.message(t.lookupWorkdir(ctx)), nil
+			return Result{Text: rp.message(t.lookupWorkdir(ctx))}, nil
 		}
-		return err.Error(), nil
+		return Result{Text: err.Error()}, nil
 	}
 	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("tools: %s: %w", name, err)
+		return Result{}, fmt.Errorf("tools: %s: %w", name, err)
 	}
 	if _, ok := c.(submitCall); !ok && t.sb == nil {
-		return "", fmt.Errorf("tools: %s: the Set has no sandbox", name)
+		return Result{}, fmt.Errorf("tools: %s: the Set has no sandbox", name)
 	}
+	var text string
 	switch c := c.(type) {
 	case bashCall:
-		return t.bash(ctx, c)
+		text, err = t.bash(ctx, c)
+	case pythonCall:
+		return t.python(ctx, c)
 	case editorCall:
-		return t.edit(ctx, c)
+		text, err = t.edit(ctx, c)
 	case submitCall:
-		return t.submit(c), nil
+		text = t.submit(c)
+	default:
+		err = fmt.Errorf("tools: internal error: unexpected call %T", c)
 	}
-	return "", fmt.Errorf("tools: internal error: unexpected call %T", c)
+	return Result{Text: text}, err
+}
+
+// Close ends the python tool's session, if one was started. The sandbox
+// stays open.
+func (t *Set) Close() error {
+	t.pyMu.Lock()
+	defer t.pyMu.Unlock()
+	if t.py == nil {
+		return nil
+	}
+	err := t.py.Close()
+	t.py = nil
+	return err
 }
 
 // Submitted returns the answer given with the submit tool, and whether it

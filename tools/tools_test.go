@@ -53,14 +53,14 @@ func TestDefinitions(t *testing.T) {
 			t.Errorf("%s: no description", d.Name)
 		}
 	}
-	if want := []string{tools.ExecuteBash, tools.Editor, tools.Submit}; !slices.Equal(names, want) {
+	if want := []string{tools.ExecuteBash, tools.Python, tools.Editor, tools.Submit}; !slices.Equal(names, want) {
 		t.Errorf("names = %v, want %v", names, want)
 	}
 
 	oa := set.OpenAITools()
 	an := set.AnthropicTools()
-	if len(oa) != 3 || len(an) != 3 {
-		t.Fatalf("got %d OpenAI and %d Anthropic tools, want 3 each", len(oa), len(an))
+	if len(oa) != 4 || len(an) != 4 {
+		t.Fatalf("got %d OpenAI and %d Anthropic tools, want 4 each", len(oa), len(an))
 	}
 	for i, d := range defs {
 		fn, _ := oa[i]["function"].(map[string]any)

@@ -1,6 +1,6 @@
 // Command mcp is a Model Context Protocol server, over stdio, that gives an
 // MCP client (an agent, an IDE, Claude Desktop...) the sandbox tools of
-// package tools: execute_bash, str_replace_editor and submit, all working in
+// package tools: execute_bash, python, str_replace_editor and submit, all working in
 // one hardened, network-less sandbox.
 //
 //	go run ./examples/mcp [-image REF]
@@ -159,7 +159,8 @@ func (s *session) handler(stop context.Context, name string) mcp.ToolHandler {
 			log.Printf("%s: no sandbox: %v", name, err)
 			return errorResult("the sandbox could not be started: %v", err), nil
 		}
-		out, err := set.Call(ctx, name, args)
+		res, err := set.CallResult(ctx, name, args)
+		out := res.Text
 		if err != nil {
 			log.Printf("%s: %v", name, err)
 			if out != "" { // what ran until the failure
@@ -172,7 +173,11 @@ func (s *session) handler(stop context.Context, name string) mcp.ToolHandler {
 				log.Printf("answer submitted: %q", answer)
 			}
 		}
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: out}}}, nil
+		content := []mcp.Content{&mcp.TextContent{Text: out}}
+		for _, img := range res.Images { // the python tool's figures
+			content = append(content, &mcp.ImageContent{Data: img.Data, MIMEType: img.MIME})
+		}
+		return &mcp.CallToolResult{Content: content}, nil
 	}
 }
 

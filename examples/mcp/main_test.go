@@ -232,7 +232,7 @@ func TestServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	// The three tools, with the schemas and descriptions of package tools.
+	// The four tools, with the schemas and descriptions of package tools.
 	list, err := s.cs.ListTools(ctx, nil)
 	if err != nil {
 		t.Fatalf("ListTools: %v", err)
@@ -247,7 +247,7 @@ func TestServer(t *testing.T) {
 	}
 	slices.Sort(names)
 	slices.Sort(want)
-	if !slices.Equal(names, []string{tools.ExecuteBash, tools.Editor, tools.Submit}) || !slices.Equal(names, want) {
+	if !slices.Equal(names, []string{tools.ExecuteBash, tools.Python, tools.Editor, tools.Submit}) || !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
 	for _, d := range defs {
