@@ -80,10 +80,15 @@ func benchClient(b *testing.B) *client.Client {
 // sleep. Its root filesystem is writable and it has no volume, tmpfs,
 // attach stream or agent.
 func floorConfig() (*container.Config, *container.HostConfig) {
+	return floorConfigOf(busyboxImage)
+}
+
+// floorConfigOf is floorConfig for another image.
+func floorConfigOf(img string) (*container.Config, *container.HostConfig) {
 	init := true
 	pids := int64(256)
 	cc := &container.Config{
-		Image:  busyboxImage,
+		Image:  img,
 		Cmd:    []string{"sleep", "3600"},
 		User:   "1000:1000",
 		Labels: engine.Labels("bench", nil),
@@ -106,7 +111,12 @@ func floorConfig() (*container.Config, *container.HostConfig) {
 
 // floorStart creates and starts a bare container and returns its ID.
 func floorStart(ctx context.Context, cli *client.Client) (string, error) {
-	cc, hc := floorConfig()
+	return floorStartOf(ctx, cli, busyboxImage)
+}
+
+// floorStartOf is floorStart for another image.
+func floorStartOf(ctx context.Context, cli *client.Client, img string) (string, error) {
+	cc, hc := floorConfigOf(img)
 	created, err := cli.ContainerCreate(ctx, cc, hc, nil, nil, "")
 	if err != nil {
 		return "", err
@@ -129,9 +139,15 @@ func floorRemove(cli *client.Client, id string) error {
 // ends.
 func warmFloor(b *testing.B, cli *client.Client) string {
 	b.Helper()
+	return warmFloorOf(b, cli, busyboxImage)
+}
+
+// warmFloorOf is warmFloor for another image.
+func warmFloorOf(b *testing.B, cli *client.Client, img string) string {
+	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	id, err := floorStart(ctx, cli)
+	id, err := floorStartOf(ctx, cli, img)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -148,8 +164,13 @@ func warmFloor(b *testing.B, cli *client.Client) string {
 // (again while the engine has not yet recorded it). It returns how many
 // inspects that took.
 func floorExec(ctx context.Context, cli *client.Client, id string) (int, error) {
+	return floorExecCmd(ctx, cli, id, "true")
+}
+
+// floorExecCmd is floorExec for any command.
+func floorExecCmd(ctx context.Context, cli *client.Client, id string, cmd ...string) (int, error) {
 	created, err := cli.ContainerExecCreate(ctx, id, container.ExecOptions{
-		User: "1000:1000", AttachStdout: true, AttachStderr: true, Cmd: []string{"true"},
+		User: "1000:1000", AttachStdout: true, AttachStderr: true, Cmd: cmd,
 	})
 	if err != nil {
 		return 0, err
@@ -580,6 +601,80 @@ func BenchmarkRestoreExec(b *testing.B) {
 			b.StopTimer()
 			closeAll(b, []*sandbox.Sandbox{sb})
 			b.StartTimer()
+		}
+	})
+}
+
+// BenchmarkPythonRun measures one round trip of Python code: "1+1" and its
+// value. The floor is what one-shot execution costs: docker exec of
+// python3 -c in a bare container of the same image; impl=library-exec is
+// the library's Exec of the same; impl=library-interpreter is Run on a
+// warm Interpreter, which keeps its process (and imports) between runs.
+func BenchmarkPythonRun(b *testing.B) {
+	b.Run("impl=floor", func(b *testing.B) {
+		cli := benchClient(b)
+		id := warmFloorOf(b, cli, pythonImage)
+		ctx := b.Context()
+		cpu := cpuTime()
+		for b.Loop() {
+			if _, err := floorExecCmd(ctx, cli, id, "python3", "-c", "print(1+1)"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportCPU(b, cpu)
+	})
+	b.Run("impl=library-exec", func(b *testing.B) {
+		sb := newPython(b)
+		ctx := b.Context()
+		cpu := cpuTime()
+		for b.Loop() {
+			r, err := sb.Exec(ctx, "python3 -c 'print(1+1)'")
+			if err != nil || r.Stdout != "2\n" {
+				b.Fatalf("%v %+v", err, r)
+			}
+		}
+		reportCPU(b, cpu)
+	})
+	b.Run("impl=library-interpreter", func(b *testing.B) {
+		sb := newPython(b)
+		ctx := b.Context()
+		py, err := sb.Interpreter(ctx, "python")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer py.Close()
+		cpu := cpuTime()
+		for b.Loop() {
+			ex, err := py.Run(ctx, "1+1")
+			if err != nil || len(ex.Outputs) != 1 || string(ex.Outputs[0].Data) != "2" {
+				b.Fatalf("%v %+v", err, ex)
+			}
+		}
+		reportCPU(b, cpu)
+	})
+}
+
+// BenchmarkInterpreterStart measures starting a Python interpreter (the
+// driver ready for its first run) and closing it, beside starting python3
+// once with Exec.
+func BenchmarkInterpreterStart(b *testing.B) {
+	sb := newPython(b)
+	b.Run("impl=library-exec", func(b *testing.B) {
+		ctx := b.Context()
+		for b.Loop() {
+			if r, err := sb.Exec(ctx, "python3 -c pass"); err != nil || r.ExitCode != 0 {
+				b.Fatalf("%v %+v", err, r)
+			}
+		}
+	})
+	b.Run("impl=library-interpreter", func(b *testing.B) {
+		ctx := b.Context()
+		for b.Loop() {
+			py, err := sb.Interpreter(ctx, "python")
+			if err != nil {
+				b.Fatal(err)
+			}
+			py.Close()
 		}
 	})
 }

@@ -168,7 +168,7 @@ func (s *Sandbox) Interpreter(ctx context.Context, lang string) (_ *Interpreter,
 	default:
 		return nil, fmt.Errorf("sandbox: Interpreter: unknown language %q (want python, bash or sh)", lang)
 	}
-	var errs []error
+	var names []string
 	for _, argv := range candidates {
 		in.argv = argv
 		err := in.start(ctx)
@@ -179,9 +179,9 @@ func (s *Sandbox) Interpreter(ctx context.Context, lang string) (_ *Interpreter,
 		if !errors.As(err, &nf) {
 			return nil, err
 		}
-		errs = append(errs, err)
+		names = append(names, argv[0])
 	}
-	return nil, fmt.Errorf("sandbox: Interpreter(%q): %w", lang, errors.Join(errs...))
+	return nil, fmt.Errorf("sandbox: Interpreter(%q): no %s in the sandbox's PATH", lang, strings.Join(names, " or "))
 }
 
 // notFoundError is an interpreter program missing from the image.

@@ -359,7 +359,7 @@ func TestInterpreterShell(t *testing.T) {
 	if ex := run(t, sh2, "pwd"); ex.Stdout != "/tmp\n" {
 		t.Errorf("sh session cwd: %q", ex.Stdout)
 	}
-	if _, err := bb.Interpreter(testCtx(t), "python"); err == nil || !strings.Contains(err.Error(), "python3 not found") {
+	if _, err := bb.Interpreter(testCtx(t), "python"); err == nil || !strings.Contains(err.Error(), "no python3 or python in the sandbox's PATH") {
 		t.Errorf("python in busybox: %v", err)
 	}
 	if _, err := bb.Interpreter(testCtx(t), "cobol"); err == nil {

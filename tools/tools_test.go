@@ -499,10 +499,10 @@ func TestMalformed(t *testing.T) {
 	set, sb := newSet(t)
 	mustExec(t, sb, "printf 'a = 1\\nb = 2\\na = 1\\n' > dup.py")
 	for _, tc := range []struct{ name, tool, args, want string }{
-		{"unknown tool", "python", `{"code": "print(1)"}`,
-			`Error: Unknown tool "python". The tools are: execute_bash, str_replace_editor, submit.`},
+		{"unknown tool", "jupyter", `{"code": "print(1)"}`,
+			`Error: Unknown tool "jupyter". The tools are: execute_bash, python, str_replace_editor, submit.`},
 		{"empty tool name", "", `{}`,
-			`Error: Unknown tool "". The tools are: execute_bash, str_replace_editor, submit.`},
+			`Error: Unknown tool "". The tools are: execute_bash, python, str_replace_editor, submit.`},
 		{"truncated JSON", tools.ExecuteBash, `{"command": "ls`,
 			`Error: The arguments of execute_bash are not valid JSON (unexpected end of JSON input, at byte 15). Send one JSON object, for example {"command": "ls -la"}.`},
 		{"trailing garbage", tools.ExecuteBash, `{"command": "ls"} x`,

@@ -265,6 +265,13 @@ func summarize(name, arguments string) string {
 			line += fmt.Sprintf("   (timeout %vs)", t)
 		}
 		return "execute_bash " + line
+	case name == tools.Python && s("code") != "":
+		lines := strings.Split(strings.TrimRight(s("code"), "\n"), "\n")
+		line := "python >>> " + clip(lines[0], 100)
+		if len(lines) > 1 {
+			line += fmt.Sprintf(" (+%d lines)", len(lines)-1)
+		}
+		return line
 	case name == tools.Editor && s("command") != "" && s("path") != "":
 		line := fmt.Sprintf("str_replace_editor %s %s", s("command"), s("path"))
 		switch s("command") {

@@ -227,7 +227,10 @@ func TestPlotTrajectory(t *testing.T) {
 		{content: "The data frame has no 'revenue' column; the values are in 'sales'.", calls: []toolCall{{"call_3", "str_replace_editor",
 			jsonArgs("command", "str_replace", "path", "/workspace/plot.py", "old_str", `y="revenue"`, "new_str", `y="sales"`)}}},
 		{calls: []toolCall{{"call_4", "execute_bash", jsonArgs("command", "python3 plot.py", "timeout", 120)}}},
-		{content: "The chart is saved.", calls: []toolCall{{"call_5", "submit", jsonArgs("answer", answer)}}},
+		{content: "Let me check the total in a Python session.", calls: []toolCall{{"call_5", "python",
+			jsonArgs("code", "import pandas as pd\nsales = pd.DataFrame({'sales': [120, 135, 160, 150]})")}}},
+		{calls: []toolCall{{"call_6", "python", jsonArgs("code", "sales['sales'].sum()")}}},
+		{content: "The chart is saved.", calls: []toolCall{{"call_7", "submit", jsonArgs("answer", answer)}}},
 	})
 	cfg := f.config(t, pythonImage)
 	var transcript bytes.Buffer
@@ -238,7 +241,7 @@ func TestPlotTrajectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Stop != "submitted" || !out.Submitted || out.Answer != answer || out.Steps != 5 || len(out.Calls) != 5 {
+	if out.Stop != "submitted" || !out.Submitted || out.Answer != answer || out.Steps != 7 || len(out.Calls) != 7 {
 		t.Errorf("outcome: stop %q, submitted %v, %d steps, %d calls, answer %q", out.Stop, out.Submitted, out.Steps, len(out.Calls), out.Answer)
 	}
 
@@ -258,7 +261,7 @@ func TestPlotTrajectory(t *testing.T) {
 			t.Errorf("tool %+v", tl)
 		}
 	}
-	if !slices.Equal(names, []string{"execute_bash", "str_replace_editor", "submit"}) {
+	if !slices.Equal(names, []string{"execute_bash", "python", "str_replace_editor", "submit"}) {
 		t.Errorf("tools = %v", names)
 	}
 
@@ -290,8 +293,11 @@ func TestPlotTrajectory(t *testing.T) {
 			"Review the changes and make sure they are as expected. Edit the file again if necessary.")
 	// (4) the second run
 	check(t, "second run", strings.Join(f.results(4), "|"), "exit code: 0\n[stdout]\nsaved /workspace/chart.png\n")
-	// (5) submit
-	check(t, "submit", out.Calls[4].Result, "Answer recorded. The task is finished; no more tool calls are needed.")
+	// (5, 6) a Python session: the second call uses the first one's variable
+	check(t, "python", strings.Join(f.results(5), "|"), "(no output)\n")
+	check(t, "python again", strings.Join(f.results(6), "|"), "[output]\n565\n")
+	// (7) submit
+	check(t, "submit", out.Calls[6].Result, "Answer recorded. The task is finished; no more tool calls are needed.")
 
 	// The chart came back to the host, and hidden caches did not.
 	data, err := os.ReadFile(filepath.Join(cfg.Out, "chart.png"))
@@ -326,6 +332,8 @@ func TestPlotTrajectory(t *testing.T) {
 		"  │ KeyError: 'revenue'\n",
 		"→ str_replace_editor str_replace /workspace/plot.py: y=\"revenue\" ⇒ y=\"sales\"\n",
 		"→ execute_bash $ python3 plot.py   (timeout 120s)\n  │ exit code: 0\n  │ [stdout]\n  │ saved /workspace/chart.png\n",
+		"→ python >>> import pandas as pd (+1 lines)\n  │ (no output)\n",
+		"→ python >>> sales['sales'].sum()\n  │ [output]\n  │ 565\n",
 		"→ submit: chart.png is a bar chart",
 		"copied 2 item(s) from /workspace to " + cfg.Out + "\n",
 		"\nanswer: " + answer + "\n",
@@ -344,7 +352,7 @@ func TestMalformedTrajectory(t *testing.T) {
 	f := newFakeModel(t, []reply{
 		{content: "Let me look around.", calls: []toolCall{
 			{"m1", "execute_bash", `{"command": "ls -la /workspace`},
-			{"m2", "python", `{"code": "print(1)"}`},
+			{"m2", "jupyter", `{"code": "print(1)"}`},
 			{"m3", "execute_bash", `{"cmd": "ls"}`},
 			{"m4", "str_replace_editor", `{"command": "view"}`},
 		}},
@@ -392,7 +400,7 @@ func TestMalformedTrajectory(t *testing.T) {
 	}
 	step(1,
 		`Error: The arguments of execute_bash are not valid JSON (unexpected end of JSON input, at byte 30). Send one JSON object, for example {"command": "ls -la"}.`,
-		`Error: Unknown tool "python". The tools are: execute_bash, str_replace_editor, submit.`,
+		`Error: Unknown tool "jupyter". The tools are: execute_bash, python, str_replace_editor, submit.`,
 		"Error: Unknown parameter \"cmd\" for execute_bash. Its parameters are: command, timeout.",
 		"Error: Parameter `path` is required for command view: an absolute path such as /workspace/main.py.")
 	step(2,
@@ -432,7 +440,7 @@ func TestMalformedTrajectory(t *testing.T) {
 	}
 	for _, want := range []string{
 		"→ execute_bash {\"command\": \"ls -la /workspace\n",
-		"→ python {\"code\": \"print(1)\"}\n  │ Error: Unknown tool \"python\".",
+		"→ jupyter {\"code\": \"print(1)\"}\n  │ Error: Unknown tool \"jupyter\".",
 		"→ execute_bash {\"cmd\": \"ls\"}\n",
 		"→ str_replace_editor {\"command\": \"view\"}\n",
 		"(the model stopped without a tool call: finish_reason \"stop\")\n",

@@ -1,6 +1,7 @@
-// Command data-analysis sends a CSV of sales into a sandbox, runs a pandas
-// and matplotlib script there, and copies the chart (a PNG) and a JSON
-// summary it made back to a host directory.
+// Command data-analysis sends a CSV of sales into a sandbox, analyses it
+// step by step in a persistent Python interpreter there (pandas and
+// matplotlib, the data loaded once), and leaves the chart (the figure the
+// last step drew, a PNG) and a JSON summary in a host directory.
 //
 //	go run ./examples/data-analysis [-image REF] [-csv FILE] [-out DIR]
 //
@@ -12,6 +13,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,20 +29,21 @@ import (
 	"github.com/agentsandbox/sandbox/internal/testimage"
 )
 
-// script is the analysis run in the sandbox: it reads data/sales.csv and
-// writes out/chart.png and out/summary.json. Money is rounded to cents.
-const script = `import json
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+// cells are the analysis, run one after the other in one Python
+// interpreter in the sandbox, as a notebook runs its cells: the first
+// loads data/sales.csv once, the next ones use the DataFrame it left
+// behind. The second writes out/summary.json (money rounded to cents); the
+// third draws the chart, which comes back as a PNG output without the code
+// saving it anywhere.
+var cells = []string{`import json
 import pandas as pd
 
 df = pd.read_csv("data/sales.csv", parse_dates=["date"])
 df["revenue"] = df["units"] * df["price"]
 df["month"] = df["date"].dt.strftime("%Y-%m")
-print(f"read {len(df)} rows, {df['date'].min():%Y-%m-%d} to {df['date'].max():%Y-%m-%d}")
+print(f"read {len(df)} rows, {df['date'].min():%Y-%m-%d} to {df['date'].max():%Y-%m-%d}")`,
 
-cents = lambda s: {str(k): round(float(v), 2) for k, v in s.items()}
+	`cents = lambda s: {str(k): round(float(v), 2) for k, v in s.items()}
 by_region = df.groupby("region")["revenue"].sum()
 by_product = df.groupby("product")["revenue"].sum()
 by_month = df.groupby("month")["revenue"].sum()
@@ -59,7 +62,9 @@ summary = {
 }
 with open("out/summary.json", "w") as f:
     json.dump(summary, f, indent=2, sort_keys=True)
-print("wrote out/summary.json")
+print("wrote out/summary.json")`,
+
+	`import matplotlib.pyplot as plt
 
 fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5), dpi=100)
 by_region.sort_values(ascending=False).plot.bar(ax=left, color="tab:blue", rot=0)
@@ -70,10 +75,8 @@ monthly = df.pivot_table(index="month", columns="region", values="revenue", aggf
 monthly.plot(ax=right, marker="o")
 right.set_title("Monthly revenue by region")
 right.set_xlabel("month")
-fig.tight_layout()
-fig.savefig("out/chart.png")
-print("wrote out/chart.png")
-`
+fig.tight_layout()`,
+}
 
 // Summary is what the analysis script writes to summary.json.
 type Summary struct {
@@ -139,23 +142,40 @@ func analyze(ctx context.Context, image, csvPath, outDir string, progress io.Wri
 	if err := sb.WriteFile(ctx, "data/sales.csv", data, 0o644); err != nil {
 		return nil, err
 	}
-	if err := sb.WriteFile(ctx, "analyse.py", []byte(script), 0o644); err != nil {
+	py, err := sb.Interpreter(ctx, "python")
+	if err != nil {
 		return nil, err
 	}
-
-	cmd := sb.Command(ctx, "python3", "analyse.py")
-	cmd.Stdout, cmd.Stderr = progress, progress
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("analysis script failed: %w", err)
+	defer py.Close()
+	py.Stdout, py.Stderr = progress, progress
+	var chart []byte
+	for i, code := range cells {
+		ex, err := py.Run(ctx, code)
+		if err != nil {
+			return nil, err
+		}
+		if ex.Error != nil {
+			return nil, fmt.Errorf("analysis step %d failed: %s", i+1, ex.Error.Traceback)
+		}
+		for _, o := range ex.Outputs {
+			if o.MIME == "image/png" {
+				chart = o.Data
+			}
+		}
+	}
+	if chart == nil {
+		return nil, errors.New("the chart step showed no figure")
 	}
 
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{"out/chart.png", "out/summary.json"} {
-		if err := sb.CopyOut(ctx, name, outDir); err != nil {
-			return nil, err
-		}
+	if err := os.WriteFile(filepath.Join(outDir, "chart.png"), chart, 0o644); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(progress, "wrote %s from the figure\n", filepath.Join(outDir, "chart.png"))
+	if err := sb.CopyOut(ctx, "out/summary.json", outDir); err != nil {
+		return nil, err
 	}
 	raw, err := os.ReadFile(filepath.Join(outDir, "summary.json"))
 	if err != nil {

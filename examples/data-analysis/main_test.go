@@ -177,7 +177,7 @@ func TestAnalyze(t *testing.T) {
 	for _, line := range []string{
 		fmt.Sprintf("read %d rows, %s to %s\n", want.rows, want.first, want.last),
 		"wrote out/summary.json\n",
-		"wrote out/chart.png\n",
+		"chart.png from the figure\n",
 	} {
 		if !strings.Contains(progress.String(), line) {
 			t.Errorf("progress lacks %q", line)
