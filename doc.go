@@ -76,6 +76,15 @@
 // whatever the sandbox sends: data is streamed, never gathered whole beyond
 // those bounds.
 //
+// # Interpreters
+//
+// Sandbox.Interpreter starts a persistent Python (or shell) process for
+// code run step by step like notebook cells: state stays between
+// Interpreter.Run calls, and each Execution carries the output, rich
+// results (a trailing expression's value, matplotlib figures as PNG) and
+// the code's error with its traceback. Timeouts interrupt the run and keep
+// the state when the code lets them.
+//
 // # Lifetime and cleanup
 //
 // Close removes the container, its disk and everything else the sandbox

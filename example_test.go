@@ -177,3 +177,37 @@ func ExamplePrune() {
 	_ = n
 	// Output:
 }
+
+func ExampleSandbox_Interpreter() {
+	ctx := context.Background()
+	// An image with python3 (the tests build one with pandas and matplotlib).
+	sb, err := sandbox.New(ctx, sandbox.WithImage(pythonImage))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sb.Close()
+
+	py, err := sb.Interpreter(ctx, "python")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer py.Close()
+	// State stays between runs, as in a notebook.
+	if _, err := py.Run(ctx, "prices = {'apple': 3, 'pear': 5}"); err != nil {
+		log.Fatal(err)
+	}
+	ex, err := py.Run(ctx, "sum(prices.values())")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s %s\n", ex.Outputs[0].MIME, ex.Outputs[0].Data)
+	// Mistakes are data, with the line they happened on.
+	ex, err = py.Run(ctx, "total = 0\nprices['plum']")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(ex.Error.Name, ex.Error.Value)
+	// Output:
+	// text/plain 8
+	// KeyError 'plum'
+}
