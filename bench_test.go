@@ -75,15 +75,10 @@ func benchClient(b *testing.B) *client.Client {
 	return cli
 }
 
-// floorConfig is a bare container roughly as limited as a sandbox (memory
+// floorConfigOf is a bare container of image img roughly as limited as a sandbox (memory
 // without swap, pids, CPU, no network, no capabilities, an init), running
 // sleep. Its root filesystem is writable and it has no volume, tmpfs,
 // attach stream or agent.
-func floorConfig() (*container.Config, *container.HostConfig) {
-	return floorConfigOf(busyboxImage)
-}
-
-// floorConfigOf is floorConfig for another image.
 func floorConfigOf(img string) (*container.Config, *container.HostConfig) {
 	init := true
 	pids := int64(256)
