@@ -128,6 +128,31 @@ func TestOutputAcks(t *testing.T) {
 	}
 }
 
+// An agent that sends more output than its window gets the stream ended
+// with ErrWindow, and the host holds no more than the window.
+func TestOutputOverWindow(t *testing.T) {
+	c, f := start(t, 5*time.Second)
+	go func() {
+		fr := f.next(t, wire.Exec)
+		f.w.WriteJSON(wire.Started, fr.Channel, wire.Start{PID: 7})
+		for range 4 {
+			f.w.Write(wire.Stdout, fr.Channel, make([]byte, wire.Window/2+1))
+		}
+		f.w.Write(wire.Stdout, fr.Channel, nil)
+		f.w.WriteJSON(wire.Exited, fr.Channel, wire.Exit{})
+	}()
+	p, err := c.Exec(context.Background(), wire.ExecRequest{Args: []string{"x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Wait(context.Background())
+	n, err := io.Copy(io.Discard, p.Stdout)
+	if !errors.Is(err, ErrWindow) || n > wire.Window {
+		t.Fatalf("read %d bytes, %v; want at most a window, then ErrWindow", n, err)
+	}
+}
+
 // An agent that does not answer makes each request fail after the Conn's
 // timeout, naming what did not answer; a request can also be cancelled.
 func TestNoAnswer(t *testing.T) {

@@ -151,6 +151,7 @@ func (p *Proc) Close() {
 type stream struct {
 	mu   sync.Mutex
 	bufs [][]byte // frames' payloads, not yet read (owned: ReadFrame allocates each)
+	held int      // bytes in bufs: never more than the window the agent was given
 	err  error
 	wake chan struct{}
 	ack  func(n int)
@@ -160,10 +161,20 @@ func newStream(ack func(int)) *stream {
 	return &stream{wake: make(chan struct{}, 1), ack: ack}
 }
 
+// ErrWindow ends a stream whose agent sent more output than the window
+// it was given: what it sent is dropped, so host memory stays bounded
+// whatever the other side does.
+var ErrWindow = errors.New("agentconn: the agent sent more output than its window")
+
 func (s *stream) add(b []byte) {
 	s.mu.Lock()
-	if s.err == nil {
+	switch {
+	case s.err != nil:
+	case s.held+len(b) > wire.Window:
+		s.err, s.bufs, s.held = ErrWindow, nil, 0
+	default:
 		s.bufs = append(s.bufs, b)
+		s.held += len(b)
 	}
 	s.mu.Unlock()
 	s.notify()
@@ -200,6 +211,7 @@ func (s *stream) tryRead(p []byte) (n int, ok bool, err error) {
 	s.mu.Lock()
 	if len(s.bufs) > 0 {
 		n := copy(p, s.bufs[0])
+		s.held -= n
 		if s.bufs[0] = s.bufs[0][n:]; len(s.bufs[0]) == 0 {
 			s.bufs[0] = nil
 			s.bufs = s.bufs[1:]
