@@ -19,8 +19,12 @@ import (
 	"github.com/agentsandbox/sandbox/internal/wire"
 )
 
-// File operations. A relative name is relative to the sandbox's working
-// directory; an absolute name may point anywhere in the sandbox. Names are
+// File operations. The path rule: the Sandbox's methods take names as a
+// shell in the working directory does (relative to it, or absolute),
+// while FS, being an fs.FS, takes only slash-separated names without a
+// leading "/" and roots them at "/" (FS(ctx) "workspace/f" is ReadFile
+// "/workspace/f"; fs.Sub(sb.FS(ctx), "workspace") gives the working
+// directory's view). Names are
 // bytes: they need not be UTF-8. Errors are *fs.PathError values; a missing
 // file satisfies errors.Is(err, fs.ErrNotExist), a refused access
 // errors.Is(err, fs.ErrPermission), and the system error itself is there
@@ -191,7 +195,10 @@ func (s *Sandbox) readOutput(ctx context.Context, req wire.FileRequest) ([]byte,
 
 // Stat returns information about the named file, following symbolic links.
 func (s *Sandbox) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
-	fi, err := s.stat(ctx, s.abs(name), true)
+	p := s.abs(name)
+	fi, err := s.stat(ctx, p, true)
+	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.file.stat", slog.String("sandbox", s.id),
+		slog.String("path", p), errAttr(err))
 	if err != nil {
 		return nil, &fs.PathError{Op: "stat", Path: name, Err: err}
 	}
@@ -290,13 +297,30 @@ func (s *Sandbox) MkdirAll(ctx context.Context, name string, perm fs.FileMode) e
 	return nil
 }
 
-// Remove removes the named file or directory tree, as the sandbox user. A
-// missing name is an error satisfying errors.Is(err, fs.ErrNotExist).
+// Remove removes the named file or empty directory, as the sandbox user,
+// like os.Remove: a symbolic link is removed, not what it points to; a
+// missing name is an error satisfying errors.Is(err, fs.ErrNotExist), and
+// a directory that is not empty one satisfying errors.Is(err,
+// syscall.ENOTEMPTY). RemoveAll removes trees.
 func (s *Sandbox) Remove(ctx context.Context, name string) error {
+	return s.remove(ctx, name, wire.Remove)
+}
+
+// RemoveAll removes the named file or directory with everything in it, as
+// the sandbox user, like os.RemoveAll: a missing name is not an error, and
+// a symbolic link is removed, not what it points to.
+func (s *Sandbox) RemoveAll(ctx context.Context, name string) error {
+	return s.remove(ctx, name, wire.RemoveAll)
+}
+
+func (s *Sandbox) remove(ctx context.Context, name string, op wire.FileOp) error {
 	p := s.abs(name)
-	_, err := s.fileOp(ctx, wire.FileRequest{Op: wire.RemoveAll, Path: []byte(p)}, nil)
+	_, err := s.fileOp(ctx, wire.FileRequest{Op: op, Path: []byte(p)}, nil)
+	if op == wire.RemoveAll && errors.Is(err, syscall.ENOENT) {
+		err = nil
+	}
 	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.file.remove", slog.String("sandbox", s.id),
-		slog.String("path", p), errAttr(err))
+		slog.String("path", p), slog.Bool("all", op == wire.RemoveAll), errAttr(err))
 	if err != nil {
 		return &fs.PathError{Op: "remove", Path: name, Err: err}
 	}
@@ -451,7 +475,8 @@ func (s *Sandbox) CopyOut(ctx context.Context, src, hostDir string, opts ...Copy
 	return nil
 }
 
-// FS returns a read-only view of the sandbox's filesystem rooted at "/",
+// FS returns a read-only view of the sandbox's filesystem rooted at "/"
+// (see the path rule above: "workspace/data.csv", never "/workspace/..."),
 // for use with io/fs functions (fs.WalkDir, fs.Glob, fs.Sub, template
 // parsing...). Every call reaches the sandbox with ctx. Files are read whole
 // when opened, with ReadFile's bounds. It implements fs.StatFS,
@@ -484,9 +509,14 @@ func (f sandboxFS) Open(name string) (fs.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	fi, err := f.s.Stat(f.ctx, p)
+	fi, err := f.s.stat(f.ctx, p, true)
+	if err != nil || fi.IsDir() {
+		// One record for the call: the stat (a file's is the read's).
+		f.s.log.LogAttrs(f.ctx, slog.LevelInfo, "sandbox.file.stat", slog.String("sandbox", f.s.id),
+			slog.String("path", p), errAttr(err))
+	}
 	if err != nil {
-		return nil, fixErr(err, "open", name)
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
 	if fi.IsDir() {
 		return &openDir{fs: f, path: p, name: name, info: fi}, nil

@@ -638,8 +638,22 @@ func TestFilesMkdirRemove(t *testing.T) {
 	// Remove of a tree, with files, links and read-only parts.
 	ftExec(t, sb, `mkdir -p keep && echo k > keep/k && cd a/b && echo 1 > c/one && ln -s ../../../keep c/lk &&
 mkdir -p ro/inner && echo 2 > ro/two && chmod 444 ro/two && chmod 555 ro/inner`)
-	if err := sb.Remove(ctx, "a"); err != nil {
-		t.Fatalf("Remove(a): %v", err)
+	// Remove is os.Remove: not a directory that holds anything.
+	if err := sb.Remove(ctx, "a"); !errors.Is(err, syscall.ENOTEMPTY) {
+		t.Fatalf("Remove(a) of a tree: %v, want ENOTEMPTY", err)
+	}
+	if err := sb.RemoveAll(ctx, "a"); err != nil {
+		t.Fatalf("RemoveAll(a): %v", err)
+	}
+	// RemoveAll is os.RemoveAll: a missing name is not an error.
+	for _, name := range []string{"a", "nodir/nope", "/tmp/nope"} {
+		if err := sb.RemoveAll(ctx, name); err != nil {
+			t.Errorf("RemoveAll(%q) of a missing name: %v", name, err)
+		}
+	}
+	ftExec(t, sb, "mkdir empty")
+	if err := sb.Remove(ctx, "empty"); err != nil {
+		t.Errorf("Remove of an empty directory: %v", err)
 	}
 	if _, err := sb.Stat(ctx, "a"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Stat(a) after Remove: %v", err)
@@ -657,8 +671,8 @@ mkdir -p ro/inner && echo 2 > ro/two && chmod 444 ro/two && chmod 555 ro/inner`)
 	if out := ftExec(t, sb, "ls -A; cat keep/k"); out != "keep\nk\n" {
 		t.Errorf("inside after removing links: %q", out)
 	}
-	if err := sb.Remove(ctx, "/tmp/x"); err != nil {
-		t.Errorf("Remove(/tmp/x): %v", err)
+	if err := sb.RemoveAll(ctx, "/tmp/x"); err != nil {
+		t.Errorf("RemoveAll(/tmp/x): %v", err)
 	}
 	if out := ftExec(t, sb, "ls -A /tmp"); out != "" {
 		t.Errorf("/tmp after Remove: %q", out)
@@ -666,6 +680,9 @@ mkdir -p ro/inner && echo 2 > ro/two && chmod 444 ro/two && chmod 555 ro/inner`)
 	// Something the sandbox user cannot remove: an error, not silence.
 	if err := sb.Remove(ctx, "/etc/passwd"); err == nil {
 		t.Errorf("Remove(/etc/passwd) succeeded")
+	}
+	if err := sb.RemoveAll(ctx, "/etc"); err == nil {
+		t.Errorf("RemoveAll(/etc) succeeded")
 	}
 }
 

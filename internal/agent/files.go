@@ -222,6 +222,8 @@ func (a *agent) runFile(op *fileOp, req wire.FileRequest) wire.FileResult {
 			}
 			return os.RemoveAll(p)
 		})
+	case wire.Remove:
+		err = a.fs.as(id, func() error { return os.Remove(p) })
 	case wire.Untar:
 		in := &opInput{a: a, op: op}
 		err = a.fs.as(id, func() error {

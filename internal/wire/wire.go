@@ -240,6 +240,9 @@ const (
 	// RemoveAll removes Path and everything under it; a missing Path is
 	// ENOENT.
 	RemoveAll FileOp = "removeall"
+	// Remove removes the file or empty directory Path (never what a
+	// symbolic link points to).
+	Remove FileOp = "remove"
 	// Untar extracts the tar archive of the input into directory Path.
 	Untar FileOp = "untar"
 	// Tar sends a tar archive of Path (as base(Path) and below), of at most
