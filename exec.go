@@ -37,7 +37,10 @@ type Cmd struct {
 	// in the sandbox's PATH.
 	Args []string
 	// Env is added to the sandbox's environment for this command; later
-	// entries win.
+	// entries win. Unlike os/exec's it does not replace the environment,
+	// so it must not start from os.Environ(): an Env holding this
+	// process's whole environment is refused by Start, as it would copy
+	// the host's variables into the sandbox.
 	Env []string
 	// Dir is the working directory; relative to the sandbox's working
 	// directory if not absolute. Empty means the sandbox's working directory.
@@ -268,6 +271,9 @@ func (c *Cmd) Start() error {
 	}
 	if len(c.Args) == 0 || c.Args[0] == "" {
 		return errors.New("sandbox: empty command")
+	}
+	if err := checkHostEnv("Cmd.Env", c.Env); err != nil {
+		return err
 	}
 	s := c.sb
 	if err := s.check(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -136,9 +137,35 @@ func WithEnv(kv ...string) Option {
 				return fmt.Errorf("sandbox: WithEnv: %q is not KEY=value", e)
 			}
 		}
+		if err := checkHostEnv("WithEnv", kv); err != nil {
+			return err
+		}
 		c.env = append(c.env, kv...)
 		return nil
 	}
+}
+
+// checkHostEnv refuses an environment that holds this process's whole
+// environment, as append(os.Environ(), "X=1") does: that would copy the
+// host's variables (tokens, keys, paths) into the sandbox. With os/exec,
+// Cmd.Env replaces the environment, so that idiom is common; here Env adds
+// to the sandbox's own.
+func checkHostEnv(what string, env []string) error {
+	host := os.Environ()
+	if len(host) < 2 || len(env) < len(host) {
+		return nil
+	}
+	have := make(map[string]bool, len(env))
+	for _, e := range env {
+		have[e] = true
+	}
+	for _, e := range host {
+		if !have[e] {
+			return nil
+		}
+	}
+	return fmt.Errorf("sandbox: %s holds this process's whole environment (append(os.Environ(), ...)?), "+
+		"which would copy the host's variables into the sandbox: it adds to the sandbox's environment, so list only what the code needs", what)
 }
 
 // WithWorkdir sets the working directory (default "/workspace"): an absolute
