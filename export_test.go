@@ -1,5 +1,7 @@
 package sandbox
 
+import "github.com/agentsandbox/sandbox/internal/firewall"
+
 // Test hooks: point the egress proxy's name resolution at local servers and
 // trust a test CA for intercepted upstreams.
 var (
@@ -8,3 +10,12 @@ var (
 	// WithTestTimeout replaces DefaultTimeout for one sandbox.
 	WithTestTimeout = withTimeout
 )
+
+// SetFirewallSupported replaces the check of whether firewall rules can be
+// installed, and returns a function that puts the real one back. Only for
+// tests that do not run in parallel.
+func SetFirewallSupported(f func() error) (restore func()) {
+	old := firewall.Supported
+	firewall.Supported = f
+	return func() { firewall.Supported = old }
+}

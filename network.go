@@ -45,7 +45,7 @@ import (
 // Programs that ignore the proxy variables cannot connect anywhere.
 //
 // Network policies other than the zero one need root on the engine's host
-// (iptables) and a runc runtime (gVisor's runsc here is set up with
+// (iptables; otherwise New fails with ErrNetworkUnsupported) and a runc runtime (gVisor's runsc here is set up with
 // --network=none).
 type NetworkPolicy struct {
 	// Allow lists what may be reached through the proxy:
@@ -89,7 +89,9 @@ type Credential struct {
 
 // AllowHosts returns a policy allowing only the given hosts (patterns as in
 // NetworkPolicy.Allow). With no hosts the sandbox reaches nothing, but has a
-// network, so Expose works.
+// network, so Expose works. It is the same as NetworkPolicy{Allow: hosts}
+// with a non-nil slice: Allow: nil (the zero policy) means no network at
+// all, Allow: []string{} a network that reaches nothing.
 func AllowHosts(hosts ...string) NetworkPolicy {
 	return NetworkPolicy{Allow: append([]string{}, hosts...)}
 }
@@ -170,7 +172,7 @@ var subnetBase = netip.MustParseAddr("10.213.0.0")
 func (s *Sandbox) createNetwork(ctx context.Context) (env, dns []string, err error) {
 	p := s.cfg.network
 	if err := firewall.Supported(); err != nil {
-		return nil, nil, fmt.Errorf("sandbox: network policy: %w", err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrNetworkUnsupported, err)
 	}
 	var suffix [6]byte
 	rand.Read(suffix[:])
@@ -321,7 +323,11 @@ func (s *Sandbox) logDecision(d egress.Decision) {
 // hosts is enough; it still reaches nothing). Exposing the same port again
 // returns the same URL. When nothing listens on the port, a request gets an
 // HTTP 502 answer saying so. Close removes the listener.
-func (s *Sandbox) Expose(ctx context.Context, port int) (string, error) {
+func (s *Sandbox) Expose(ctx context.Context, port int) (url string, err error) {
+	defer func() {
+		s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.expose", slog.String("sandbox", s.id),
+			slog.Int("port", port), slog.String("url", url), errAttr(err))
+	}()
 	if err := s.check(); err != nil {
 		return "", err
 	}
@@ -329,7 +335,7 @@ func (s *Sandbox) Expose(ctx context.Context, port int) (string, error) {
 		return "", fmt.Errorf("sandbox: Expose: port %d out of range 1-65535", port)
 	}
 	if s.net == nil {
-		return "", errors.New("sandbox: Expose: the sandbox has no network; create it with WithNetwork(AllowHosts()) or another policy")
+		return "", fmt.Errorf("%w: Expose needs a sandbox made with WithNetwork (AllowHosts() reaches nothing but can expose ports)", ErrNoNetwork)
 	}
 	n := s.net
 	n.mu.Lock()
@@ -365,8 +371,6 @@ func (s *Sandbox) Expose(ctx context.Context, port int) (string, error) {
 			}()
 		}
 	}()
-	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.expose", slog.String("sandbox", s.id),
-		slog.Int("port", port), slog.String("url", e.url))
 	return e.url, nil
 }
 

@@ -354,7 +354,7 @@ func TestNetworkNone(t *testing.T) {
 	if want := "lo\nproxy=\nlo\n1\n"; r.Stdout != want || r.ExitCode != 0 {
 		t.Errorf("interfaces, proxy, routes = %q (stderr %q), want %q", r.Stdout, r.Stderr, want)
 	}
-	if _, err := sb.Expose(testCtx(t), 8000); err == nil || !strings.Contains(err.Error(), "no network") || errors.Is(err, sandbox.ErrClosed) {
+	if _, err := sb.Expose(testCtx(t), 8000); !errors.Is(err, sandbox.ErrNoNetwork) || !strings.Contains(err.Error(), "WithNetwork") {
 		t.Errorf("Expose on a sandbox without a network: %v, want a clear error", err)
 	}
 }
