@@ -6,7 +6,8 @@ import (
 )
 
 // Limits bounds what a sandbox may use. A zero field keeps the default (see
-// DefaultLimits); a negative field removes that limit.
+// DefaultLimits); a negative field removes that limit, except TmpSize
+// (RAM: a negative value is refused).
 //
 // How each limit is enforced:
 //
