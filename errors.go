@@ -20,7 +20,7 @@ var (
 	ErrUnresponsive = errors.New("sandbox: no answer in time")
 
 	// ErrImageNotFound means the image is not present on the engine and was
-	// not pulled (see WithPull).
+	// not pulled (see PullPolicy).
 	ErrImageNotFound = errors.New("sandbox: image not found")
 
 	// ErrSandboxGone means the sandbox's container is no longer running: it
@@ -64,8 +64,4 @@ var (
 	// Make it with WithNetwork(AllowHosts()) to expose ports while it
 	// reaches nothing itself.
 	ErrNoNetwork = errors.New("sandbox: no network")
-
-	// ErrDiskLimitUnsupported means Limits.Disk cannot be enforced by this
-	// process (see Limits.Disk); set Disk to -1 to run without a disk limit.
-	ErrDiskLimitUnsupported = errors.New("sandbox: disk limit not supported here")
 )

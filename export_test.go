@@ -19,3 +19,12 @@ func SetFirewallSupported(f func() error) (restore func()) {
 	firewall.Supported = f
 	return func() { firewall.Supported = old }
 }
+
+// SetDiskSupported replaces the check of whether loop-mounted disks can be
+// made, and returns a function that puts the real one back. Only for tests
+// that do not run in parallel.
+func SetDiskSupported(f func() error) (restore func()) {
+	old := diskSupported
+	diskSupported = f
+	return func() { diskSupported = old }
+}

@@ -20,20 +20,21 @@ import (
 //     processes and threads. The library's agent inside counts too: about a
 //     dozen threads, started before any command runs, so that it can still
 //     kill commands when the limit is reached (the minimum is 16).
-//   - Disk: the working directory is an ext4 filesystem of this size,
-//     created by the library as a loop-mounted image and mounted as a Docker
-//     volume; writing past it fails with ENOSPC inside the sandbox. The root
+//   - Disk: the working directory is a filesystem of this size; writing
+//     past it fails with ENOSPC inside the sandbox. Where the library can
+//     (it runs as root, with e2fsprogs, on the engine's host) it is an ext4
+//     image on a loop device, mounted as a Docker volume: files are on
+//     disk. Elsewhere (a docker-group user, a remote engine) it is a tmpfs
+//     volume of this size, mounted by the engine: the same bound, but the
+//     files live in RAM and count towards Memory. The audit record
+//     sandbox.create says which ("disk": "ext4" or "tmpfs"). The root
 //     filesystem is read-only; the only writable places are the working
 //     directory (which is also HOME), /tmp and /dev/shm (RAM-backed tmpfs
 //     of TmpSize each, counted towards Memory) and POSIX message queues
 //     (at most 800 KiB in all by RLIMIT_MSGQUEUE, also counted towards
 //     Memory).
-//     Attaching loop devices needs root on the engine's host, and the engine
-//     must run on the same host; otherwise New fails with
-//     ErrDiskLimitUnsupported unless Disk is negative. With Disk < 0 the
-//     working directory is a tmpfs volume instead: no root needed, but its
-//     files live in RAM and count towards Memory, which is then the only
-//     bound on them.
+//     With Disk < 0 the working directory is an unsized tmpfs volume:
+//     Memory is then the only bound on its files.
 //   - FileSize: RLIMIT_FSIZE; writing past it fails with EFBIG.
 //   - OpenFiles: RLIMIT_NOFILE.
 //   - ExecTimeout: each command started by Cmd or Exec is killed, with every

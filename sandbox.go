@@ -81,7 +81,7 @@ type Option func(*config) error
 
 type config struct {
 	image   string
-	pull    bool
+	pull    PullPolicy
 	limits  Limits
 	env     []string
 	workdir string
@@ -98,9 +98,9 @@ type config struct {
 	upstreamRoots *x509.CertPool // test hook: roots for intercepted upstreams
 }
 
-// WithImage sets the image the sandbox runs (default DefaultImage). The image
-// needs /bin/sh and sleep. It must already be on the engine unless WithPull
-// is given.
+// WithImage sets the image the sandbox runs (default DefaultImage). A
+// missing image is pulled (see PullPolicy). Any image works for commands
+// given as argv and for file operations; Exec needs /bin/sh.
 func WithImage(ref string) Option {
 	return func(c *config) error {
 		if ref == "" {
@@ -111,11 +111,40 @@ func WithImage(ref string) Option {
 	}
 }
 
-// WithPull lets New pull the image from its registry when the engine does
-// not have it. Without it, a missing image is ErrImageNotFound, and New never
-// touches the network on its own.
-func WithPull() Option {
-	return func(c *config) error { c.pull = true; return nil }
+// PullPolicy says whether New pulls the image from its registry.
+type PullPolicy int
+
+const (
+	// PullMissing pulls the image when the engine does not have it, as
+	// docker run does. The audit log gets a sandbox.pull.progress record
+	// per layer step and one sandbox.pull record at the end. It is the
+	// default unless the environment says AGENTSANDBOX_PULL=never.
+	PullMissing PullPolicy = iota
+	// PullNever never pulls: a missing image is ErrImageNotFound, and New
+	// never has the engine reach a registry. For tests and air-gapped
+	// machines; AGENTSANDBOX_PULL=never in the environment makes it the
+	// default.
+	PullNever
+)
+
+// WithPullPolicy sets whether New pulls a missing image (default
+// PullMissing, or PullNever when AGENTSANDBOX_PULL=never).
+func WithPullPolicy(p PullPolicy) Option {
+	return func(c *config) error {
+		if p != PullMissing && p != PullNever {
+			return fmt.Errorf("sandbox: WithPullPolicy: unknown policy %d", p)
+		}
+		c.pull = p
+		return nil
+	}
+}
+
+// defaultPull is the pull policy the environment asks for.
+func defaultPull() PullPolicy {
+	if strings.EqualFold(os.Getenv("AGENTSANDBOX_PULL"), "never") {
+		return PullNever
+	}
+	return PullMissing
 }
 
 // WithLimits sets resource limits. Zero fields keep their defaults and
@@ -268,6 +297,7 @@ func newConfig(opts []Option) (config, error) {
 		user:    "1000:1000",
 		logger:  slog.New(slog.DiscardHandler),
 		timeout: DefaultTimeout,
+		pull:    defaultPull(),
 	}
 	for _, o := range opts {
 		if err := o(&c); err != nil {
@@ -353,7 +383,7 @@ func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.create",
 		slog.String("sandbox", s.ID()), slog.String("image", cfg.image),
 		slog.String("user", cfg.user), slog.String("workdir", cfg.workdir),
-		slog.String("runtime", cfg.runtime), slog.Duration("duration", time.Since(start)))
+		slog.String("runtime", cfg.runtime), slog.String("disk", s.diskKind()), slog.Duration("duration", time.Since(start)))
 	return s, nil
 }
 
@@ -365,18 +395,25 @@ func (s *Sandbox) ensureImage(ctx context.Context) error {
 	if !engine.IsNotFound(err) {
 		return s.engineErr("inspect image", err)
 	}
-	if !s.cfg.pull {
-		return fmt.Errorf("%w: %q is not on the engine at %s: build it (docker build -t %s ...) or pull it (docker pull %s), or pass WithPull",
+	if s.cfg.pull == PullNever {
+		return fmt.Errorf("%w: %q is not on the engine at %s, and the pull policy is PullNever: build it (docker build -t %s ...) or pull it (docker pull %s)",
 			ErrImageNotFound, s.cfg.image, engine.Host(s.cfg.host), s.cfg.image, s.cfg.image)
 	}
+	start := time.Now()
 	rc, err := s.cli.ImagePull(ctx, s.cfg.image, image.PullOptions{})
 	if err == nil {
 		rc = engine.IdleBounded(rc, s.cfg.timeout)
-		err = readJSONStream(rc)
+		err = readJSONStream(rc, func(id, status string) {
+			s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.pull.progress", slog.String("image", s.cfg.image),
+				slog.String("layer", id), slog.String("status", status))
+		})
 		rc.Close()
 	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.pull", slog.String("image", s.cfg.image),
+		slog.Duration("duration", time.Since(start)), errAttr(err))
 	if err != nil {
-		return fmt.Errorf("%w: %q is not on the engine and pulling it failed: %v", ErrImageNotFound, s.cfg.image, err)
+		return fmt.Errorf("%w: %q is not on the engine and pulling it failed: %v (build it, or pull it with docker pull %s)",
+			ErrImageNotFound, s.cfg.image, err, s.cfg.image)
 	}
 	return nil
 }
@@ -388,17 +425,21 @@ func (s *Sandbox) createVolume(ctx context.Context) error {
 	// remove a volume whose create timed out but happened.
 	s.volume = objectName("workdir")
 	opts := volume.CreateOptions{Name: s.volume, Driver: "local", Labels: engine.Labels("workdir", nil)}
-	if s.cfg.limits.Disk > 0 {
-		if err := disk.Supported(); err != nil {
-			return fmt.Errorf("%w: %v", ErrDiskLimitUnsupported, err)
-		}
+	switch {
+	case s.cfg.limits.Disk > 0 && s.diskBacking() != nil:
+		// No loop devices here (not root, or the engine is elsewhere): a
+		// tmpfs of Disk bytes, which the engine mounts. Writes past it
+		// fail with ENOSPC all the same; its files count towards Memory.
+		opts.DriverOpts = map[string]string{"type": "tmpfs", "device": "tmpfs",
+			"o": fmt.Sprintf("size=%d,uid=%d,gid=%d,mode=0755", s.cfg.limits.Disk, s.uid, s.gid)}
+	case s.cfg.limits.Disk > 0:
 		dev, err := disk.Create(ctx, s.cfg.limits.Disk, s.uid, s.gid)
 		if err != nil {
 			return fmt.Errorf("sandbox: creating the %s disk: %w", fmt.Sprintf("%d-byte", s.cfg.limits.Disk), err)
 		}
 		s.dev = dev
 		opts.DriverOpts = map[string]string{"type": "ext4", "device": dev.Path()}
-	} else {
+	default:
 		// No disk limit: a tmpfs volume owned by the sandbox user (a plain
 		// volume would be root's, and nothing in a hardened sandbox may
 		// chown it). It lives in RAM, charged to the sandbox's memory.
@@ -414,6 +455,31 @@ func (s *Sandbox) createVolume(ctx context.Context) error {
 	s.volume = v.Name
 	return ctxErr(ctx, "create volume")
 }
+
+// diskKind names what the working directory is: "ext4" (a loop-mounted
+// image), "tmpfs" (sized by Limits.Disk, or unsized when it is negative).
+func (s *Sandbox) diskKind() string {
+	if s.dev != nil {
+		return "ext4"
+	}
+	return "tmpfs"
+}
+
+// diskBacking says why the working directory cannot be a loop-mounted
+// ext4 image here (nil if it can): that needs root (CAP_SYS_ADMIN) and
+// e2fsprogs on this host, and an engine on this host (a unix socket).
+func (s *Sandbox) diskBacking() error {
+	if err := diskSupported(); err != nil {
+		return err
+	}
+	if h := engine.Host(s.cfg.host); !strings.HasPrefix(h, "unix://") {
+		return fmt.Errorf("the engine at %s may not share this host's loop devices", h)
+	}
+	return nil
+}
+
+// diskSupported is disk.Supported; tests replace it.
+var diskSupported = disk.Supported
 
 // objectName returns a fresh, unique name for an engine object of the given
 // kind. Objects are named by the library, not the engine, so that one whose
@@ -965,12 +1031,17 @@ func Prune(ctx context.Context) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// readJSONStream drains a pull/build progress stream and returns its error.
-func readJSONStream(r io.Reader) error {
+// readJSONStream drains a pull progress stream and returns its error. It
+// calls step when a layer (or the image, id "") reaches a new status
+// ("Pulling fs layer", "Download complete", ...), not for every byte.
+func readJSONStream(r io.Reader, step func(id, status string)) error {
 	dec := json.NewDecoder(r)
+	last := map[string]string{}
 	for {
 		var m struct {
-			Error string `json:"error"`
+			Error  string `json:"error"`
+			ID     string `json:"id"`
+			Status string `json:"status"`
 		}
 		if err := dec.Decode(&m); err == io.EOF {
 			return nil
@@ -979,6 +1050,10 @@ func readJSONStream(r io.Reader) error {
 		}
 		if m.Error != "" {
 			return errors.New(m.Error)
+		}
+		if m.Status != "" && last[m.ID] != m.Status && len(last) < 1000 {
+			last[m.ID] = m.Status
+			step(m.ID, m.Status)
 		}
 	}
 }

@@ -33,6 +33,10 @@ type Images struct {
 // Main builds the images, runs setup (if not nil), runs the tests, and
 // checks for leaks. Use it as os.Exit(testenv.Main(m, images, nil)).
 func Main(m *testing.M, images Images, setup func(ctx context.Context) (cleanup func(), err error)) int {
+	// Tests never have the engine reach a registry (the network rule):
+	// a missing image is an error, not a pull. Tests of pulling set
+	// PullMissing themselves, against a registry of their own.
+	os.Setenv("AGENTSANDBOX_PULL", "never")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	var err error
