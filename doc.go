@@ -97,8 +97,10 @@
 //
 // Isolation is that of Docker containers (namespaces, cgroups, seccomp),
 // sharing the host's kernel; use WithRuntime("runsc") for gVisor where the
-// engine has it. The disk limit needs the library to run as root on the
-// engine's host (see Limits), and so do network policies (iptables); see
+// engine has it. A disk on disk (an ext4 loop image) needs the library to
+// run as root on the engine's host; elsewhere the disk limit is a sized
+// tmpfs counted towards memory (see Limits). Network policies need root on
+// the engine's host (iptables; ErrNetworkUnsupported otherwise); see
 // NetworkPolicy for what an allow-list does and does not stop.
 //
 // # Network, snapshots, agents
