@@ -445,17 +445,17 @@ func (s *Sandbox) closeNetwork(ctx context.Context) error {
 	// Without an ID the create may still have happened (its answer was
 	// lost): the name is unique, remove by it.
 	if target := cmp.Or(n.id, n.name); target != "" {
-		for delay := 10 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
-			err := s.cli.NetworkRemove(ctx, target)
-			if err == nil || engine.IsNotFound(err) {
-				break
+		err := engine.RetryBusy(ctx, func() error {
+			if err := s.cli.NetworkRemove(ctx, target); err != nil && !engine.IsNotFound(err) {
+				return err
 			}
-			if ctx.Err() != nil || !(engine.IsConflict(err) || strings.Contains(err.Error(), "active endpoints")) {
-				s.remember(leftover.Network, target, err)
-				errs = append(errs, fmt.Errorf("sandbox: remove network: %w", err))
-				break
-			}
-			time.Sleep(delay)
+			return nil
+		}, func(err error) bool { // the container is still going away
+			return engine.IsConflict(err) || strings.Contains(err.Error(), "active endpoints")
+		})
+		if err != nil {
+			s.remember(leftover.Network, target, err)
+			errs = append(errs, fmt.Errorf("sandbox: remove network: %w", err))
 		}
 	}
 	return errors.Join(errs...)

@@ -912,20 +912,17 @@ func removedElsewhere(err error) bool {
 // removeVolume removes a volume, waiting for an auto-removed container that
 // still holds it to go away.
 func removeVolume(ctx context.Context, cli *client.Client, name string) error {
-	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
-		err := cli.VolumeRemove(ctx, name, true)
-		if err == nil || engine.IsNotFound(err) {
-			return nil
+	// In use (a conflict): the container is still being removed.
+	err := engine.RetryBusy(ctx, func() error {
+		if err := cli.VolumeRemove(ctx, name, true); err != nil && !engine.IsNotFound(err) {
+			return err
 		}
-		if !engine.IsConflict(err) { // in use: the container is still being removed
-			return fmt.Errorf("sandbox: remove volume %s: %w", name, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("sandbox: remove volume %s: %w", name, err)
-		case <-time.After(delay):
-		}
+		return nil
+	}, engine.IsConflict)
+	if err != nil {
+		return fmt.Errorf("sandbox: remove volume %s: %w", name, err)
 	}
+	return nil
 }
 
 // Prune removes sandboxes, volumes and snapshots that processes on this

@@ -436,15 +436,16 @@ func (sn *Snapshot) deleteImage(ctx context.Context) error {
 		return err
 	}
 	defer cli.Close()
-	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
-		_, err = cli.ImageRemove(ctx, sn.id, image.RemoveOptions{PruneChildren: true})
-		if err == nil || removedElsewhere(err) {
+	// Conflict: a container of it (auto-removed) is still going away.
+	err = engine.RetryBusy(ctx, func() error {
+		_, err := cli.ImageRemove(ctx, sn.id, image.RemoveOptions{PruneChildren: true})
+		if err != nil && removedElsewhere(err) {
 			return nil
 		}
-		// Conflict: a container of it (auto-removed) is still going away.
-		if !engine.IsConflict(err) || ctx.Err() != nil {
-			return fmt.Errorf("sandbox: remove snapshot %s: %w", shortID(sn.id), err)
-		}
-		time.Sleep(delay)
+		return err
+	}, engine.IsConflict)
+	if err != nil {
+		return fmt.Errorf("sandbox: remove snapshot %s: %w", shortID(sn.id), err)
 	}
+	return nil
 }

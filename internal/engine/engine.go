@@ -310,3 +310,21 @@ func Cause(ctx context.Context, err error) error {
 	}
 	return err
 }
+
+// RetryBusy calls op until it succeeds, fails with an error busy does not
+// accept, or ctx ends, waiting between tries from 10 ms up to 500 ms. It is
+// for removals the engine refuses while another removal (an auto-removed
+// container) is still under way. It returns op's last error.
+func RetryBusy(ctx context.Context, op func() error, busy func(error) bool) error {
+	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
+		err := op()
+		if err == nil || !busy(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+	}
+}

@@ -85,3 +85,32 @@ func TestConnectNoAnswer(t *testing.T) {
 		t.Errorf("Connect with the caller's deadline passing first: %v; want context.DeadlineExceeded", err)
 	}
 }
+
+func TestRetryBusy(t *testing.T) {
+	busyErr, otherErr := errors.New("busy"), errors.New("other")
+	isBusy := func(err error) bool { return err == busyErr }
+	n := 0
+	if err := RetryBusy(context.Background(), func() error {
+		if n++; n < 3 {
+			return busyErr
+		}
+		return nil
+	}, isBusy); err != nil || n != 3 {
+		t.Errorf("busy twice then done: %v after %d tries", err, n)
+	}
+	n = 0
+	if err := RetryBusy(context.Background(), func() error { n++; return otherErr }, isBusy); err != otherErr || n != 1 {
+		t.Errorf("another error: %v after %d tries", err, n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n = 0
+	err := RetryBusy(ctx, func() error {
+		if n++; n == 2 {
+			cancel()
+		}
+		return busyErr
+	}, isBusy)
+	if err != busyErr || n != 2 {
+		t.Errorf("cancelled while busy: %v after %d tries", err, n)
+	}
+}
