@@ -366,3 +366,26 @@ func TestInterpreterShell(t *testing.T) {
 		t.Errorf("unknown language accepted")
 	}
 }
+
+// TestInterpreterGVisor: the driver works under gVisor too: state, a
+// figure, and an interrupt that keeps state.
+func TestInterpreterGVisor(t *testing.T) {
+	t.Parallel()
+	requireRunsc(t)
+	sb := newPython(t, sandbox.WithRuntime("runsc"))
+	py := newInterp(t, sb, "python")
+	ex := run(t, py, "import time\nimport matplotlib.pyplot as plt\nplt.figure(figsize=(1, 1), dpi=20)\nkept = 21\nkept * 2")
+	if ex.Error != nil || len(ex.Outputs) != 3 || ex.Outputs[0].MIME != "text/plain" || string(ex.Outputs[0].Data) != "42" ||
+		ex.Outputs[1].MIME != "image/png" {
+		t.Fatalf("under runsc: %+v %v", ex.Outputs, ex.Error)
+	}
+	ctx, cancel := context.WithTimeout(testCtx(t), time.Second)
+	defer cancel()
+	ex, err := py.Run(ctx, "time.sleep(60)")
+	if err != nil || ex.Error == nil || ex.Error.Name != "KeyboardInterrupt" || ex.StateLost {
+		t.Fatalf("interrupt under runsc: %+v, %v", ex, err)
+	}
+	if got := plain(t, run(t, py, "kept")); got != "21" {
+		t.Errorf("state after the interrupt: %q", got)
+	}
+}

@@ -482,16 +482,22 @@ func TestSandboxAuditLog(t *testing.T) {
 	}
 }
 
-func TestSandboxGVisor(t *testing.T) {
-	t.Parallel()
-	cli := engineClient(t)
-	info, err := cli.Info(testCtx(t))
+// requireRunsc skips (fails in CI) a test when the engine has no runsc.
+func requireRunsc(t *testing.T) {
+	t.Helper()
+	info, err := engineClient(t).Info(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := info.Runtimes["runsc"]; !ok {
 		testenv.SkipOrFail(t, "the engine has no runsc runtime (gVisor); .ci/run registers it")
 	}
+}
+
+func TestSandboxGVisor(t *testing.T) {
+	t.Parallel()
+	requireRunsc(t)
+	cli := engineClient(t)
 	sb := newSandbox(t, sandbox.WithRuntime("runsc"))
 	ci, err := cli.ContainerInspect(testCtx(t), sb.ID())
 	if err != nil || ci.HostConfig.Runtime != "runsc" {
