@@ -33,7 +33,7 @@ import (
 	"os/signal"
 	"strings"
 
-	"github.com/agentsandbox/sandbox/internal/testimage"
+	"github.com/agentsandbox/sandbox/images"
 )
 
 func main() {
@@ -70,7 +70,7 @@ func main() {
 	defer stop()
 	if cfg.Image == "" {
 		var err error
-		if cfg.Image, err = testimage.FromEnv(ctx, os.Stderr); err != nil {
+		if cfg.Image, err = images.FromEnv(ctx, os.Stderr); err != nil {
 			log.Fatal(err)
 		}
 	}

@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/internal/testimage"
+	"github.com/agentsandbox/sandbox/images"
 )
 
 // cells are the analysis, run one after the other in one Python
@@ -121,7 +121,7 @@ func analyze(ctx context.Context, image, csvPath, outDir string, progress io.Wri
 	}
 	ref := image
 	if ref == "" {
-		if ref, err = testimage.FromEnv(ctx, progress); err != nil {
+		if ref, err = images.FromEnv(ctx, progress); err != nil {
 			return nil, err
 		}
 	}

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/internal/testimage"
+	"github.com/agentsandbox/sandbox/images"
 )
 
 // prepare writes the data and "installs" a small library into the user's
@@ -83,7 +83,7 @@ func run(ctx context.Context, image string) error {
 	ref := image
 	if ref == "" {
 		var err error
-		if ref, err = testimage.FromEnv(ctx, os.Stderr); err != nil {
+		if ref, err = images.FromEnv(ctx, os.Stderr); err != nil {
 			return err
 		}
 	}

@@ -30,7 +30,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/internal/testimage"
+	"github.com/agentsandbox/sandbox/images"
 	"github.com/agentsandbox/sandbox/tools"
 )
 
@@ -109,7 +109,7 @@ func (s *session) tools(ctx context.Context) (*tools.Set, error) {
 	ref := s.image
 	if ref == "" {
 		var err error
-		if ref, err = testimage.FromEnv(ctx, os.Stderr); err != nil {
+		if ref, err = images.FromEnv(ctx, os.Stderr); err != nil {
 			return nil, err
 		}
 	}

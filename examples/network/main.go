@@ -41,7 +41,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/internal/testimage"
+	"github.com/agentsandbox/sandbox/images"
 )
 
 // client is what the sandbox runs: a plain urllib call. urllib follows
@@ -89,7 +89,7 @@ func run(ctx context.Context, image string) error {
 	ref := image
 	if ref == "" {
 		var err error
-		if ref, err = testimage.FromEnv(ctx, os.Stderr); err != nil {
+		if ref, err = images.FromEnv(ctx, os.Stderr); err != nil {
 			return err
 		}
 	}

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/internal/testimage"
+	"github.com/agentsandbox/sandbox/images"
 )
 
 const script = `import csv, math, sys, time
@@ -54,7 +54,7 @@ func run(ctx context.Context, image, out string) error {
 	ref := image
 	if ref == "" {
 		var err error
-		if ref, err = testimage.FromEnv(ctx, os.Stderr); err != nil {
+		if ref, err = images.FromEnv(ctx, os.Stderr); err != nil {
 			return err
 		}
 	}

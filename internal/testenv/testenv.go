@@ -19,8 +19,8 @@ import (
 	"github.com/docker/docker/client"
 	"go.uber.org/goleak"
 
+	"github.com/agentsandbox/sandbox/images"
 	"github.com/agentsandbox/sandbox/internal/engine"
-	"github.com/agentsandbox/sandbox/internal/testimage"
 )
 
 // Images receives the references of the test images. Nil fields are not
@@ -32,7 +32,7 @@ type Images struct {
 
 // Main builds the images, runs setup (if not nil), runs the tests, and
 // checks for leaks. Use it as os.Exit(testenv.Main(m, images, nil)).
-func Main(m *testing.M, images Images, setup func(ctx context.Context) (cleanup func(), err error)) int {
+func Main(m *testing.M, imgs Images, setup func(ctx context.Context) (cleanup func(), err error)) int {
 	// Tests never have the engine reach a registry (the network rule):
 	// a missing image is an error, not a pull. Tests of pulling set
 	// PullMissing themselves, against a registry of their own.
@@ -40,14 +40,14 @@ func Main(m *testing.M, images Images, setup func(ctx context.Context) (cleanup 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	var err error
-	if images.Busybox != nil {
-		if *images.Busybox, err = testimage.Ensure(ctx, testimage.Busybox, os.Stderr); err != nil {
+	if imgs.Busybox != nil {
+		if *imgs.Busybox, err = images.Ensure(ctx, images.Busybox, os.Stderr); err != nil {
 			fmt.Fprintln(os.Stderr, "test images:", err)
 			return 1
 		}
 	}
-	if images.Python != nil {
-		if *images.Python, err = testimage.FromEnv(ctx, os.Stderr); err != nil {
+	if imgs.Python != nil {
+		if *imgs.Python, err = images.FromEnv(ctx, os.Stderr); err != nil {
 			fmt.Fprintln(os.Stderr, "test images:", err)
 			return 1
 		}

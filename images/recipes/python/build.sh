@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
-# Builds the "python" test image: a minimal Debian bookworm root file system
+# Builds a Python sandbox image: a minimal Debian bookworm root file system
 # made with debootstrap (no container registry is needed, only the Debian
-# mirror), holding python3 with numpy, pandas and matplotlib, imported into
-# the local Docker engine as the tag given as $1.
+# mirror, or $DEBIAN_MIRROR), holding the given Debian packages, imported
+# into the local Docker engine as TAG, with the label LABEL=VALUE if given.
 #
-# Usage: build.sh TAG      (as root; needs debootstrap and a reachable engine)
+# Usage: build.sh TAG PACKAGES [LABEL=VALUE]
+#        (as root; needs debootstrap and a reachable engine)
 #
-# internal/testimage runs this script and names TAG after a hash of this
-# directory, so any edit here makes the next test run rebuild the image.
+# The images package runs this script (its recipes python and python-slim
+# differ in PACKAGES) and names TAG after a hash of this file and the
+# packages, so any edit here makes the next Ensure rebuild the image.
 set -euo pipefail
 
-if [[ $# -ne 1 || -z "$1" ]]; then
-	echo "usage: $0 TAG" >&2
+if [[ $# -lt 2 || -z "$1" || -z "$2" ]]; then
+	echo "usage: $0 TAG PACKAGES [LABEL=VALUE]" >&2
 	exit 2
 fi
 TAG=$1
+PACKAGES=$2
+LABEL=${3:-}
 SUITE=bookworm
-MIRROR=http://deb.debian.org/debian
-PACKAGES=python3,python3-numpy,python3-pandas,python3-matplotlib,procps,ca-certificates
+MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 if ! command -v debootstrap >/dev/null 2>&1; then
 	echo "debootstrap is not installed: apt-get install debootstrap" >&2
@@ -45,14 +48,18 @@ trap cleanup EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 
+step() { echo "==> images: $* ($(date +%T))"; }
+step "debootstrap: downloading and unpacking Debian $SUITE with $PACKAGES from $MIRROR (each package is named as it comes)"
 debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOTFS" "$MIRROR"
 
+step "adding the sandbox user (uid 1000, home /workspace)"
 # The same unprivileged user as the busybox image: sandbox, uid and gid 1000,
 # home /workspace (so HOME is set when code runs as 1000:1000).
 chroot "$ROOTFS" groupadd -g 1000 sandbox
 chroot "$ROOTFS" useradd -u 1000 -g 1000 -d /workspace -M -s /bin/sh sandbox
 install -d -m 0755 -o 1000 -g 1000 "$ROOTFS/workspace"
 
+step "removing package caches, documentation and logs"
 # Shrink: package caches and lists, documentation, logs, and device nodes
 # (the engine mounts its own /dev in every container).
 rm -rf \
@@ -66,9 +73,8 @@ rm -rf \
 	"$ROOTFS"/usr/share/locale/* \
 	"$ROOTFS"/dev/*
 
-tar -C "$ROOTFS" --numeric-owner -c . | docker import \
-	--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-	--change 'ENV LANG=C.UTF-8' \
-	--change 'ENV MPLBACKEND=Agg' \
-	--change 'LABEL dev.agentsandbox.testimage=python' \
-	- "$TAG"
+step "importing $(du -sh --apparent-size "$ROOTFS" | cut -f1) into the engine as $TAG"
+changes=(--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+	--change 'ENV LANG=C.UTF-8' --change 'ENV MPLBACKEND=Agg')
+if [[ -n "$LABEL" ]]; then changes+=(--change "LABEL $LABEL"); fi
+tar -C "$ROOTFS" --numeric-owner -c . | docker import "${changes[@]}" - "$TAG"

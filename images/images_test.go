@@ -1,10 +1,8 @@
-package testimage
+package images
 
 import (
 	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -84,47 +82,25 @@ func run(t *testing.T, image string, cmd ...string) (string, int64) {
 	return out.String(), code
 }
 
-// TestRecipeHash checks that the recipe hash is 12 hex digits, stable, and
-// changes when a file's content changes or a file is added.
+// TestRecipeHash checks that each recipe has its own 12-hex-digit hash,
+// stable, depending on the packages too.
 func TestRecipeHash(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, data string) {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
-			t.Fatal(err)
+	seen := map[string]Recipe{}
+	for name, r := range recipes {
+		h, err := recipeHash(r.dir, r.packages)
+		if err != nil || len(h) != 12 {
+			t.Fatalf("%s: hash %q, %v", name, h, err)
 		}
-	}
-	write("Dockerfile", "FROM scratch\n")
-	h1, err := recipeHash(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(h1) != 12 {
-		t.Fatalf("hash %q: want 12 hex digits", h1)
-	}
-	if h, _ := recipeHash(dir); h != h1 {
-		t.Fatalf("hash not stable: %s then %s", h1, h)
-	}
-	write("Dockerfile", "FROM scratch\n# changed\n")
-	h2, _ := recipeHash(dir)
-	if h2 == h1 {
-		t.Fatal("hash did not change with the content")
-	}
-	write("extra", "")
-	if h3, _ := recipeHash(dir); h3 == h2 {
-		t.Fatal("hash did not change with a new file")
-	}
-}
-
-// TestRecipeDir checks that both recipes' directories are found.
-func TestRecipeDir(t *testing.T) {
-	for _, name := range []string{Busybox, Python} {
-		dir, err := RecipeDir(name)
-		if err != nil {
-			t.Fatal(err)
+		if again, _ := recipeHash(r.dir, r.packages); again != h {
+			t.Fatalf("%s: hash not stable", name)
 		}
-		if !isDir(dir) {
-			t.Fatalf("%s is not a directory", dir)
+		if other, ok := seen[h]; ok {
+			t.Fatalf("%s and %s share hash %s", name, other, h)
 		}
+		seen[h] = name
+	}
+	if _, err := recipeHash("nope", ""); err == nil {
+		t.Error("hash of a missing recipe directory")
 	}
 }
 
@@ -153,7 +129,7 @@ func TestEnsureBusybox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(tag, "agentsandbox-test/busybox:") {
+	if !strings.HasPrefix(tag, "agentsandbox/busybox:") {
 		t.Fatalf("tag %q", tag)
 	}
 
@@ -180,6 +156,39 @@ func TestEnsureBusybox(t *testing.T) {
 	out, code = run(t, tag, "/bin/sh", "-c", "id sandbox && test -d /workspace && test -k /tmp")
 	if code != 0 {
 		t.Fatalf("image layout: exit %d, output %q", code, out)
+	}
+}
+
+// TestEnsurePythonSlim builds (or finds) the slim python image, a few
+// minutes the first time: python3 runs, and there is no compiler or header
+// to build code with.
+func TestEnsurePythonSlim(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	tag, err := Ensure(ctx, PythonSlim, tlog{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code := run(t, tag, "python3", "-c", `import json, sqlite3, ssl; print("ok")`)
+	if code != 0 || strings.TrimSpace(out) != "ok" {
+		t.Fatalf("python3: exit %d, output %q", code, out)
+	}
+	out, code = run(t, tag, "/bin/sh", "-c", `for c in gcc cc g++ make; do command -v $c; done; ls /usr/include 2>/dev/null | head -3; id sandbox`)
+	if code != 0 || strings.Contains(out, "gcc") || strings.Contains(out, "make") || strings.Contains(out, ".h") {
+		t.Errorf("the slim image has build tools or headers: exit %d, %q", code, out)
+	}
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	slim, err := cli.ImageInspect(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %.1f MB", tag, float64(slim.Size)/1e6)
+	if slim.Config.Labels[LabelKey] != string(PythonSlim) {
+		t.Errorf("labels %v", slim.Config.Labels)
 	}
 }
 

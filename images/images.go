@@ -1,29 +1,34 @@
-// Package testimage builds, on demand, the local Docker images that the
-// library's tests and examples run sandboxed code in.
+// Package images builds sandbox images locally, without a container
+// registry, from recipes embedded in this package: every image is made from
+// Debian packages (debootstrap) or a host binary, imported into the Docker
+// engine and tagged "agentsandbox/NAME:HASH", where HASH is derived from
+// the recipe, so it is built once and rebuilt only when the recipe changes.
 //
-// No container registry is reachable where the tests run, so nothing is
-// pulled: every image is built locally from a recipe under
-// testdata/images/NAME in this repository. An image is tagged
-// "agentsandbox-test/NAME:HASH", where HASH is derived from the recipe's
-// files, so it is built once and rebuilt only when its recipe changes.
+//	ref, err := images.Ensure(ctx, images.PythonSlim, os.Stderr)
+//	sb, err := sandbox.New(ctx, sandbox.WithImage(ref))
 //
-// Two recipes exist:
+// The recipes:
 //
-//   - [Busybox]: a FROM-scratch image holding Debian's busybox-static binary,
-//     built in seconds through the Docker API.
-//   - [Python]: a Debian bookworm root file system made with debootstrap,
-//     holding python3 with numpy, pandas and matplotlib, built by
-//     testdata/images/python/build.sh in a few minutes.
+//   - [Busybox]: a FROM-scratch image holding the host's busybox-static
+//     binary (apt-get install busybox-static), built in seconds through
+//     the engine's API.
+//   - [PythonSlim]: a minimal Debian bookworm root file system with python3
+//     and nothing to build code with (no compilers, no headers).
+//   - [Python]: the same with numpy, pandas and matplotlib.
 //
-// Builds are serialized across processes (go test ./... runs several test
-// binaries at once) with a file lock per image in [os.TempDir].
-package testimage
+// The Python recipes run debootstrap, which needs root and the debootstrap
+// package on the engine's host, and Debian's mirror (or a mirror set with
+// DEBIAN_MIRROR); they take a few minutes and say what they are doing on
+// the progress writer, one line per step. Builds are serialized across
+// processes with a file lock per image in [os.TempDir].
+package images
 
 import (
 	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"embed"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -33,8 +38,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"sort"
 	"syscall"
 	"time"
 
@@ -43,12 +46,30 @@ import (
 	"github.com/docker/docker/client"
 )
 
-// Busybox names the tiny busybox image recipe (testdata/images/busybox).
-const Busybox = "busybox"
+// Recipe names an image recipe.
+type Recipe string
 
-// Python names the Debian python3 + numpy/pandas/matplotlib image recipe
-// (testdata/images/python).
-const Python = "python"
+// The recipes.
+const (
+	// Busybox is a tiny image: Debian's static busybox and a sandbox user.
+	Busybox Recipe = "busybox"
+	// PythonSlim is Debian bookworm with python3, procps and CA
+	// certificates: no compilers or development headers.
+	PythonSlim Recipe = "python-slim"
+	// Python is PythonSlim with numpy, pandas and matplotlib.
+	Python Recipe = "python"
+)
+
+// recipes says what each recipe is made of: a directory of recipes/ and,
+// for debootstrap recipes, the Debian packages to include.
+var recipes = map[Recipe]struct{ dir, packages string }{
+	Busybox:    {dir: "busybox"},
+	PythonSlim: {dir: "python", packages: "python3,procps,ca-certificates"},
+	Python:     {dir: "python", packages: "python3,python3-numpy,python3-pandas,python3-matplotlib,procps,ca-certificates"},
+}
+
+//go:embed recipes
+var recipeFS embed.FS
 
 // EnvImage is the environment variable that, when set, names the image
 // [FromEnv] returns instead of building [Python].
@@ -56,10 +77,10 @@ const EnvImage = "SANDBOX_IMAGE"
 
 // LabelKey is the image label that marks an image built by this package; its
 // value is the recipe name.
-const LabelKey = "dev.agentsandbox.testimage"
+const LabelKey = "dev.agentsandbox.image"
 
 // tagPrefix is the repository prefix of every tag this package makes.
-const tagPrefix = "agentsandbox-test/"
+const tagPrefix = "agentsandbox/"
 
 // busyboxBinary is where Debian's busybox-static package installs the
 // statically linked binary that the busybox image is made of.
@@ -75,35 +96,32 @@ const pythonBuildMinutes = 4
 // the file lock.
 const lockPoll = 250 * time.Millisecond
 
-// Ensure returns a local image reference for the recipe called name
-// ([Busybox] or [Python]), building the image only when no image with that
-// reference exists yet. Build progress and a note saying what is being built
-// go to log, which may be nil.
+// Ensure returns a local image reference for recipe, building the image
+// only when no image with that reference exists yet. A note saying what is
+// being built, and the build's progress, go to progress, which may be nil.
 //
-// The reference is "agentsandbox-test/NAME:HASH", where HASH is the first 12
-// hex digits of a SHA-256 over the names and contents of the recipe's files.
-// The Docker engine is found through the usual DOCKER_* environment
-// variables.
-func Ensure(ctx context.Context, name string, log io.Writer) (string, error) {
+// The reference is "agentsandbox/NAME:HASH", where HASH is the first 12 hex
+// digits of a SHA-256 over the recipe's files and packages. The Docker
+// engine is found through the usual DOCKER_* environment variables.
+func Ensure(ctx context.Context, recipe Recipe, progress io.Writer) (string, error) {
+	log := progress
 	if log == nil {
 		log = io.Discard
 	}
-	if name != Busybox && name != Python {
-		return "", fmt.Errorf("testimage: unknown image %q (want %q or %q)", name, Busybox, Python)
+	r, ok := recipes[recipe]
+	if !ok {
+		return "", fmt.Errorf("images: unknown recipe %q (want %q, %q or %q)", recipe, Busybox, PythonSlim, Python)
 	}
-	dir, err := RecipeDir(name)
+	name := string(recipe)
+	hash, err := recipeHash(r.dir, r.packages)
 	if err != nil {
-		return "", err
-	}
-	hash, err := recipeHash(dir)
-	if err != nil {
-		return "", fmt.Errorf("testimage: hashing recipe %s: %w", dir, err)
+		return "", fmt.Errorf("images: hashing recipe %s: %w", name, err)
 	}
 	tag := tagPrefix + name + ":" + hash
 
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
-		return "", fmt.Errorf("testimage: docker client: %w", err)
+		return "", fmt.Errorf("images: docker client: %w", err)
 	}
 	defer cli.Close()
 
@@ -122,25 +140,23 @@ func Ensure(ctx context.Context, name string, log io.Writer) (string, error) {
 		return tag, err
 	}
 
-	switch name {
-	case Busybox:
-		fmt.Fprintf(log, "testimage: building image %s from testdata/images/%s (a few seconds)...\n", tag, name)
-		err = buildBusybox(ctx, cli, dir, tag, log)
-	case Python:
-		fmt.Fprintf(log, "testimage: building image %s from testdata/images/%s (debootstrap, about %d minutes)...\n", tag, name, pythonBuildMinutes)
-		err = buildPython(ctx, dir, tag, log)
+	start := time.Now()
+	if recipe == Busybox {
+		fmt.Fprintf(log, "images: building %s from the host's busybox-static (a few seconds)...\n", tag)
+		err = buildBusybox(ctx, cli, r.dir, tag, log)
+	} else {
+		fmt.Fprintf(log, "images: building %s with debootstrap from Debian packages %s (about %d minutes)...\n",
+			tag, r.packages, pythonBuildMinutes)
+		err = buildDebootstrap(ctx, r.dir, r.packages, recipe, tag, log)
 	}
 	if err != nil {
-		return "", fmt.Errorf("testimage: building %s: %w", tag, err)
+		return "", fmt.Errorf("images: building %s: %w", tag, err)
 	}
-	ok, err := imageExists(ctx, cli, tag)
+	info, err := cli.ImageInspect(ctx, tag)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("images: build of %s finished but the engine has no such image: %w", tag, err)
 	}
-	if !ok {
-		return "", fmt.Errorf("testimage: build of %s finished but the engine has no such image", tag)
-	}
-	fmt.Fprintf(log, "testimage: built %s\n", tag)
+	fmt.Fprintf(log, "images: built %s in %v: %.1f MB\n", tag, time.Since(start).Round(time.Second), float64(info.Size)/1e6)
 	return tag, nil
 }
 
@@ -154,73 +170,29 @@ func FromEnv(ctx context.Context, log io.Writer) (string, error) {
 	return Ensure(ctx, Python, log)
 }
 
-// RecipeDir returns the absolute path of testdata/images/NAME in this
-// repository. It is found from this source file's location, so it works from
-// any package's tests and from go run inside the module; when the source path
-// is not usable (a -trimpath build), it falls back to searching upward from
-// the working directory.
-func RecipeDir(name string) (string, error) {
-	rel := filepath.Join("testdata", "images", name)
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		// file is <root>/internal/testimage/testimage.go.
-		dir := filepath.Join(filepath.Dir(file), "..", "..", rel)
-		if isDir(dir) {
-			return filepath.Clean(dir), nil
+// recipeHash returns the first 12 hex digits of a SHA-256 over the
+// relative names and contents of the recipe directory's files, in lexical
+// order, and the package list.
+func recipeHash(dir, packages string) (string, error) {
+	h := sha256.New()
+	err := fs.WalkDir(recipeFS, "recipes/"+dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
 		}
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("testimage: locating %s: %w", rel, err)
-	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if dir := filepath.Join(d, rel); isDir(dir) {
-			return dir, nil
-		}
-		if filepath.Dir(d) == d {
-			break
-		}
-	}
-	return "", fmt.Errorf("testimage: cannot find %s from this source file or above %s", rel, wd)
-}
-
-// isDir reports whether path names an existing directory.
-func isDir(path string) bool {
-	st, err := os.Stat(path)
-	return err == nil && st.IsDir()
-}
-
-// recipeHash returns the first 12 hex digits of a SHA-256 over the relative
-// names and contents of the regular files under dir, in lexical order.
-func recipeHash(dir string) (string, error) {
-	var files []string
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		data, err := recipeFS.ReadFile(p)
 		if err != nil {
 			return err
 		}
-		if d.Type().IsRegular() {
-			files = append(files, path)
-		}
+		// Length-prefix each field so that no two different recipes hash
+		// the same input.
+		fmt.Fprintf(h, "%d:%s\x00%d:", len(p), p, len(data))
+		h.Write(data)
 		return nil
 	})
 	if err != nil {
 		return "", err
 	}
-	sort.Strings(files)
-	h := sha256.New()
-	for _, path := range files {
-		rel, err := filepath.Rel(dir, path)
-		if err != nil {
-			return "", err
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return "", err
-		}
-		// Length-prefix each field so that no two different recipes hash
-		// the same input.
-		fmt.Fprintf(h, "%d:%s\x00%d:", len(rel), filepath.ToSlash(rel), len(data))
-		h.Write(data)
-	}
+	fmt.Fprintf(h, "packages:%s", packages)
 	return hex.EncodeToString(h.Sum(nil))[:12], nil
 }
 
@@ -233,7 +205,7 @@ func imageExists(ctx context.Context, cli *client.Client, ref string) (bool, err
 	case cerrdefs.IsNotFound(err):
 		return false, nil
 	default:
-		return false, fmt.Errorf("testimage: inspecting image %s: %w", ref, err)
+		return false, fmt.Errorf("images: inspecting image %s: %w", ref, err)
 	}
 }
 
@@ -241,10 +213,10 @@ func imageExists(ctx context.Context, cli *client.Client, ref string) (bool, err
 // waiting (and saying so on log) while another process holds it, until ctx
 // is done. The returned function releases the lock.
 func lock(ctx context.Context, name, tag string, log io.Writer) (func(), error) {
-	path := filepath.Join(os.TempDir(), "agentsandbox-testimage-"+name+".lock")
+	path := filepath.Join(os.TempDir(), "agentsandbox-image-"+name+".lock")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
 	if err != nil {
-		return nil, fmt.Errorf("testimage: opening lock file: %w", err)
+		return nil, fmt.Errorf("images: opening lock file: %w", err)
 	}
 	said := false
 	for {
@@ -254,16 +226,16 @@ func lock(ctx context.Context, name, tag string, log io.Writer) (func(), error) 
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
 			f.Close()
-			return nil, fmt.Errorf("testimage: locking %s: %w", path, err)
+			return nil, fmt.Errorf("images: locking %s: %w", path, err)
 		}
 		if !said {
-			fmt.Fprintf(log, "testimage: waiting for another process to finish building %s (lock %s)...\n", tag, path)
+			fmt.Fprintf(log, "images: waiting for another process to finish building %s (lock %s)...\n", tag, path)
 			said = true
 		}
 		select {
 		case <-ctx.Done():
 			f.Close()
-			return nil, fmt.Errorf("testimage: waiting for lock %s: %w", path, ctx.Err())
+			return nil, fmt.Errorf("images: waiting for lock %s: %w", path, ctx.Err())
 		case <-time.After(lockPoll):
 		}
 	}
@@ -293,7 +265,7 @@ func buildBusybox(ctx context.Context, cli *client.Client, dir, tag string, log 
 		_, err := tw.Write(data)
 		return err
 	}
-	entries, err := os.ReadDir(dir)
+	entries, err := recipeFS.ReadDir("recipes/" + dir)
 	if err != nil {
 		return err
 	}
@@ -301,7 +273,7 @@ func buildBusybox(ctx context.Context, cli *client.Client, dir, tag string, log 
 		if !e.Type().IsRegular() {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		data, err := recipeFS.ReadFile("recipes/" + dir + "/" + e.Name())
 		if err != nil {
 			return err
 		}
@@ -321,7 +293,7 @@ func buildBusybox(ctx context.Context, cli *client.Client, dir, tag string, log 
 		Dockerfile:  "Dockerfile",
 		Remove:      true,
 		ForceRemove: true,
-		Labels:      map[string]string{LabelKey: Busybox},
+		Labels:      map[string]string{LabelKey: string(Busybox)},
 		Version:     build.BuilderV1,
 	})
 	if err != nil {
@@ -368,13 +340,26 @@ func readBuildStream(r io.Reader, log io.Writer) error {
 	}
 }
 
-// buildPython runs the python recipe's build.sh with tag, its output going
-// to log. Cancelling ctx sends SIGTERM to the script's whole process group
-// (debootstrap, tar, docker import), whose EXIT trap removes the root file
-// system.
-func buildPython(ctx context.Context, dir, tag string, log io.Writer) error {
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(dir, "build.sh"), tag)
-	cmd.Dir = dir
+// buildDebootstrap runs the recipe's build.sh with tag and packages, its
+// output going to log. Cancelling ctx sends SIGTERM to the script's whole
+// process group (debootstrap, tar, docker import), whose EXIT trap removes
+// the root file system.
+func buildDebootstrap(ctx context.Context, dir, packages string, recipe Recipe, tag string, log io.Writer) error {
+	script, err := recipeFS.ReadFile("recipes/" + dir + "/build.sh")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "agentsandbox-images-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	path := filepath.Join(tmp, "build.sh")
+	if err := os.WriteFile(path, script, 0o755); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "bash", path, tag, packages, LabelKey+"="+string(recipe))
+	cmd.Dir = tmp
 	cmd.Stdout = log
 	cmd.Stderr = log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -1,0 +1,74 @@
+package sandbox_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestExamplesCopied copies each program under examples/ into a fresh
+// module of its own — what a user does with an example — and builds it
+// there: examples use only the public API (no internal package), and
+// their dependencies resolve with the library's go.mod and go.sum. No
+// engine is used; the go command works offline from the module cache the
+// suite's own build filled.
+func TestExamplesCopied(t *testing.T) {
+	t.Parallel()
+	root, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The library's requirements, so that versions match the ones tested.
+	requires := string(mod[strings.Index(string(mod), "require"):])
+	dirs, err := filepath.Glob(filepath.Join(root, "examples", "*"))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("examples: %v %v", dirs, err)
+	}
+	for _, dir := range dirs {
+		name := filepath.Base(dir)
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dst := t.TempDir()
+			files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+			for _, f := range files {
+				if strings.HasSuffix(f, "_test.go") {
+					continue
+				}
+				data, err := os.ReadFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.Contains(string(data), "/internal/") {
+					t.Errorf("%s imports an internal package of the library", filepath.Base(f))
+				}
+				if err := os.WriteFile(filepath.Join(dst, filepath.Base(f)), data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			gomod := "module example.com/" + name + "\n\ngo 1.26.0\n\nrequire github.com/agentsandbox/sandbox v0.0.0\n\n" +
+				requires + "\nreplace github.com/agentsandbox/sandbox => " + root + "\n"
+			if err := os.WriteFile(filepath.Join(dst, "go.mod"), []byte(gomod), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dst, "go.sum"), sum, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command("go", "build", "-o", os.DevNull, ".")
+			cmd.Dir = dst
+			cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOSUMDB=off", "GOWORK=off")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("building a copy of examples/%s in its own module: %v\n%s", name, err, out)
+			}
+		})
+	}
+}
