@@ -301,12 +301,25 @@ func TestServer(t *testing.T) {
 	if isErr || !strings.HasPrefix(out, "Error: Unknown parameter \"cmd\"") {
 		t.Errorf("bad arguments: %q (IsError %v), want an \"Error: Unknown parameter\" text", out, isErr)
 	}
+	// The python tool: a figure comes back as image content beside the text.
+	res, err := s.cs.CallTool(ctx, &mcp.CallToolParams{Name: tools.Python, Arguments: map[string]any{
+		"code": "import matplotlib.pyplot as plt\nplt.figure(figsize=(2, 1), dpi=50)\nplt.plot([1, 2])\nprint('drawn')"}})
+	if err != nil || res.IsError || len(res.Content) != 2 {
+		t.Fatalf("python with a figure: %+v, %v", res, err)
+	}
+	if tc, ok := res.Content[0].(*mcp.TextContent); !ok || !strings.Contains(tc.Text, "[stdout]\ndrawn\n") ||
+		!strings.Contains(tc.Text, "[image] /workspace/figures/figure-1.png (100x50 image/png)") {
+		t.Errorf("python text: %+v", res.Content[0])
+	}
+	if ic, ok := res.Content[1].(*mcp.ImageContent); !ok || ic.MIMEType != "image/png" || !bytes.HasPrefix(ic.Data, []byte("\x89PNG")) {
+		t.Errorf("python image content: %T %+v", res.Content[1], res.Content[1])
+	}
 	out, isErr = s.call(t, tools.Submit, map[string]any{"answer": "42"})
 	if isErr || out != wantSubmit {
 		t.Errorf("submit: %q (IsError %v), want %q", out, isErr, wantSubmit)
 	}
 	if cs, _ := objects(t, pid); len(cs) != 1 || cs[0].ID != sandboxID {
-		t.Errorf("after five calls the server has containers %+v, want the one sandbox %.12s", cs, sandboxID)
+		t.Errorf("after six calls the server has containers %+v, want the one sandbox %.12s", cs, sandboxID)
 	}
 
 	s.close(t)
