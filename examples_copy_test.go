@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agentsandbox/sandbox/internal/testenv"
 )
 
 // TestExamplesCopied copies each program under examples/ into a fresh
@@ -66,7 +68,13 @@ func TestExamplesCopied(t *testing.T) {
 			cmd := exec.Command("go", "build", "-o", os.DevNull, ".")
 			cmd.Dir = dst
 			cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOSUMDB=off", "GOWORK=off")
-			if out, err := cmd.CombinedOutput(); err != nil {
+			out, err := cmd.CombinedOutput()
+			if err != nil && strings.Contains(string(out), "module lookup disabled by GOPROXY=off") {
+				// Tests do not download: the module cache lacks what go
+				// test ./... (or go mod download) would have fetched.
+				testenv.SkipOrFail(t, "the module cache lacks the example's dependencies: run go mod download first")
+			}
+			if err != nil {
 				t.Errorf("building a copy of examples/%s in its own module: %v\n%s", name, err, out)
 			}
 		})
