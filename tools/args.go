@@ -25,7 +25,9 @@ func (m mistake) Error() string { return string(m) }
 
 // mistakef formats a mistake; the text gets the "Error: " prefix.
 func mistakef(format string, a ...any) mistake {
-	return mistake("Error: " + fmt.Sprintf(format, a...))
+	// What the model sent may hold invalid UTF-8 (JSON strings can carry
+	// it through): the message goes back to the model as text.
+	return mistake(strings.ToValidUTF8("Error: "+fmt.Sprintf(format, a...), "\uFFFD"))
 }
 
 // relPathError is a relative path given to str_replace_editor; the message
