@@ -15,16 +15,8 @@ import (
 // buffers that keep the start and the end of each stream, so a traceback
 // printed after megabytes of output still reaches the model.
 func (t *Set) bash(ctx context.Context, c bashCall) (string, error) {
-	timeout := c.timeout
-	if timeout == 0 {
-		timeout = t.defTimeout
-	}
-	runCtx := ctx
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		runCtx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
+	runCtx, timeout, cancel := t.callContext(ctx, c.timeout)
+	defer cancel()
 	stdout, stderr := newHeadTail(t.outLimit), newHeadTail(t.outLimit)
 	cmd := t.sb.Command(runCtx, "/bin/sh", "-c", c.command)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
@@ -58,6 +50,19 @@ func (t *Set) bash(ctx context.Context, c bashCall) (string, error) {
 		return "", fmt.Errorf("tools: %s: %w", ExecuteBash, err)
 	}
 	return render(code, note, stdout, stderr), nil
+}
+
+// callContext bounds a call by its timeout, or the Set's default when it
+// gives none (0), and returns the timeout that applies (0: none).
+func (t *Set) callContext(ctx context.Context, timeout time.Duration) (context.Context, time.Duration, context.CancelFunc) {
+	if timeout == 0 {
+		timeout = t.defTimeout
+	}
+	if timeout <= 0 {
+		return ctx, 0, func() {}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	return ctx, timeout, cancel
 }
 
 // seconds formats d in seconds: "2s", "0.5s".

@@ -31,16 +31,8 @@ func (t *Set) python(ctx context.Context, c pythonCall) (Result, error) {
 		}
 		t.py = py
 	}
-	timeout := c.timeout
-	if timeout == 0 {
-		timeout = t.defTimeout
-	}
-	runCtx := ctx
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		runCtx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
+	runCtx, _, cancel := t.callContext(ctx, c.timeout)
+	defer cancel()
 	ex, err := t.py.Run(runCtx, c.code)
 	if ex == nil {
 		return Result{}, fmt.Errorf("tools: %s: %w", Python, err)
