@@ -148,7 +148,7 @@ func (i inventory) minus(o inventory) []string {
 }
 
 // takeInventory lists this process's engine objects (by the owner label,
-// the same test as testenv.LeftObjects) and its open loop devices. A loop
+// the same test as sandboxtest.Main) and its open loop devices. A loop
 // device the library made stays attached only while this process holds its
 // file descriptor or a volume mounts it, and a volume is counted here, so
 // the process's own descriptors are what to compare: the global count in
