@@ -17,7 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/images"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // Images: busyboxImage is tiny; pythonImage has python3 with pandas and
@@ -25,7 +26,18 @@ import (
 var busyboxImage, pythonImage string
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Images{Busybox: &busyboxImage, Python: &pythonImage}, nil))
+	os.Setenv("AGENTSANDBOX_PULL", "never") // tests never reach a registry
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	var err error
+	if busyboxImage, err = images.Ensure(ctx, images.Busybox, os.Stderr); err == nil {
+		pythonImage, err = images.FromEnv(ctx, os.Stderr)
+	}
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test images:", err)
+		os.Exit(1)
+	}
+	os.Exit(sandboxtest.Main(m))
 }
 
 // reply is one scripted answer of the fake model.

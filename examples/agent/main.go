@@ -4,10 +4,10 @@
 // chat-completions endpoint: OpenAI, or a local server such as vLLM,
 // llama.cpp or Ollama.
 //
-//	go run ./examples/agent [flags] TASK...
+//	go run ./agent [flags] TASK...
 //
 //	export OPENAI_BASE_URL=http://localhost:11434/v1 OPENAI_MODEL=qwen2.5-coder:14b
-//	go run ./examples/agent -out plots 'Plot y = sin(x) for x in [0, 2π] into sine.png'
+//	go run ./agent -out plots 'Plot y = sin(x) for x in [0, 2π] into sine.png'
 //
 // Flags:
 //

@@ -3,7 +3,7 @@
 // matplotlib, the data loaded once), and leaves the chart (the figure the
 // last step drew, a PNG) and a JSON summary in a host directory.
 //
-//	go run ./examples/data-analysis [-image REF] [-csv FILE] [-out DIR]
+//	go run ./data-analysis [-image REF] [-csv FILE] [-out DIR]
 //
 // The image comes from -image, else SANDBOX_IMAGE, else the project's own
 // Debian + Python image, which is built offline first if it is missing. It
@@ -95,7 +95,7 @@ type Summary struct {
 
 func main() {
 	image := flag.String("image", "", "image to run (default: $SANDBOX_IMAGE or the project's Python image)")
-	csvPath := flag.String("csv", filepath.Join("testdata", "sales.csv"), "CSV file to analyse (columns date, region, product, units, price)")
+	csvPath := flag.String("csv", filepath.Join("..", "testdata", "sales.csv"), "CSV file to analyse (columns date, region, product, units, price)")
 	out := flag.String("out", "analysis-out", "host directory to copy the chart and summary into")
 	flag.Parse()
 	log.SetFlags(0)

@@ -18,7 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/images"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // pythonImage is SANDBOX_IMAGE or the project's Debian + python3 image.
@@ -27,12 +28,17 @@ var pythonImage string
 const salesCSV = "../../testdata/sales.csv"
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Images{Python: &pythonImage}, nil))
+	os.Setenv("AGENTSANDBOX_PULL", "never") // tests never reach a registry
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	var err error
+	pythonImage, err = images.FromEnv(ctx, os.Stderr)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test image:", err)
+		os.Exit(1)
+	}
+	os.Exit(sandboxtest.Main(m))
 }
-
-// ownObjects waits up to wait for the engine to hold no object labelled with
-// this process as owner, and says what is left if some remain.
-func ownObjects(wait time.Duration) error { return testenv.LeftObjects(wait) }
 
 // lockedBuffer is a bytes.Buffer safe for the concurrent writes of a
 // command's two output streams.
@@ -271,7 +277,7 @@ func TestAnalyze(t *testing.T) {
 	}
 
 	// The sandbox was closed: nothing of this process is left on the engine.
-	if err := ownObjects(0); err != nil {
+	if err := sandboxtest.Left(0); err != nil {
 		t.Errorf("after analyze: %v", err)
 	}
 }

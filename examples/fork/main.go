@@ -3,7 +3,7 @@
 // same question at the same time. The first answer wins: the other
 // attempts are cancelled and their sandboxes closed at once.
 //
-//	go run ./examples/fork [-image REF]
+//	go run ./fork [-image REF]
 //
 // The image comes from -image, else SANDBOX_IMAGE, else the project's own
 // Debian + Python image, which is built offline first if it is missing.

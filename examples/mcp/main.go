@@ -3,7 +3,7 @@
 // package tools: execute_bash, python, str_replace_editor and submit, all working in
 // one hardened, network-less sandbox.
 //
-//	go run ./examples/mcp [-image REF]
+//	go run ./mcp [-image REF]
 //
 // Register it with a client as a stdio server whose command is the built
 // binary. The sandbox is made on the first tool call and removed when the

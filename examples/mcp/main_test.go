@@ -10,21 +10,17 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentsandbox/sandbox/internal/engine"
-	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/images"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 	"github.com/agentsandbox/sandbox/tools"
 )
 
@@ -34,20 +30,32 @@ var pythonImage, serverBin string
 
 func TestMain(m *testing.M) {
 	// The tests make no sandbox themselves; the servers' sandboxes are
-	// checked by each test, this process's objects by testenv.
-	os.Exit(testenv.Main(m, testenv.Images{Python: &pythonImage}, func(ctx context.Context) (func(), error) {
-		dir, err := os.MkdirTemp("", "mcp-example-")
-		if err != nil {
-			return nil, err
-		}
-		serverBin = filepath.Join(dir, "mcp")
-		build := exec.CommandContext(ctx, "go", "build", "-o", serverBin, ".")
-		if out, err := build.CombinedOutput(); err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("go build: %v\n%s", err, out)
-		}
-		return func() { os.RemoveAll(dir) }, nil
-	}))
+	// checked by each test, this process's objects by sandboxtest.
+	os.Setenv("AGENTSANDBOX_PULL", "never") // tests never reach a registry
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	var err error
+	pythonImage, err = images.FromEnv(ctx, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test image:", err)
+		os.Exit(1)
+	}
+	dir, err := os.MkdirTemp("", "mcp-example-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	serverBin = filepath.Join(dir, "mcp")
+	build := exec.CommandContext(ctx, "go", "build", "-o", serverBin, ".")
+	out, err := build.CombinedOutput()
+	cancel()
+	if err != nil {
+		os.RemoveAll(dir)
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := sandboxtest.Main(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // lockedBuffer collects a child's standard error.
@@ -149,42 +157,22 @@ func (s *server) close(t *testing.T) {
 	t.Logf("client Close returned in %v", took)
 }
 
-// ownerPrefix returns the start of the owner label of objects made by the
-// process pid on this host.
-func ownerPrefix(pid int) string {
-	f := strings.Split(engine.Owner(), "/") // hostname/boot-id/pid/start-time
-	return f[0] + "/" + f[1] + "/" + strconv.Itoa(pid) + "/"
-}
-
 // objects lists the sandbox containers and the volumes that process pid
 // made, by their owner label.
-func objects(t *testing.T, pid int) (cs []container.Summary, vols []string) {
+func objects(t *testing.T, pid int) (cs []sandboxtest.Object, vols []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	objs, err := sandboxtest.Owned(ctx, pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Close()
-	prefix := ownerPrefix(pid)
-	f := filters.NewArgs(filters.Arg("label", engine.LabelManaged+"=true"))
-	all, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range all {
-		if strings.HasPrefix(c.Labels[engine.LabelOwner], prefix) {
-			cs = append(cs, c)
-		}
-	}
-	vl, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range vl.Volumes {
-		if strings.HasPrefix(v.Labels[engine.LabelOwner], prefix) {
-			vols = append(vols, v.Name)
+	for _, o := range objs {
+		switch o.Type {
+		case "container":
+			cs = append(cs, o)
+		case "volume":
+			vols = append(vols, o.ID)
 		}
 	}
 	return cs, vols
@@ -275,7 +263,7 @@ func TestServer(t *testing.T) {
 		t.Errorf("execute_bash: %q (IsError %v), want %q", out, isErr, wantBash)
 	}
 	cs, _ := objects(t, pid)
-	if len(cs) != 1 || cs[0].State != "running" || cs[0].Labels[engine.LabelKind] != "sandbox" {
+	if len(cs) != 1 || cs[0].State != "running" || cs[0].Role != "sandbox" {
 		t.Fatalf("after the first call the server has containers %+v, want one running sandbox", cs)
 	}
 	sandboxID := cs[0].ID

@@ -4,7 +4,7 @@
 // scrubs it from what comes back), and runs a web app that the host reaches
 // through Expose.
 //
-//	go run ./examples/network [-image REF]
+//	go run ./network [-image REF]
 //
 // So that nothing outside this machine is contacted, the "API" is a local
 // HTTPS server on the host's docker0 address (such as 172.17.0.1) with a

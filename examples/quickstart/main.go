@@ -1,8 +1,9 @@
 // Command quickstart writes a Python script into a sandbox, runs it with
 // its output streamed to the terminal, and copies back the file it made.
 //
-//	go run ./examples/quickstart [-image REF] [-out DIR]
+//	go run ./quickstart [-image REF] [-out DIR]
 //
+// (from the examples directory, a module of its own).
 // The image comes from -image, else SANDBOX_IMAGE, else the project's own
 // Debian + Python image, which is built offline first if it is missing.
 package main
