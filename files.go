@@ -492,7 +492,7 @@ func (f sandboxFS) path(op, name string) (string, error) {
 	if !fs.ValidPath(name) {
 		return "", &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
 	}
-	return "/" + name, nil
+	return path.Clean("/" + name), nil
 }
 
 // fixErr reports errors with the fs.FS name rather than the absolute path.

@@ -204,7 +204,7 @@ func (s *Sandbox) createNetwork(ctx context.Context) (env, dns []string, err err
 			n.gateway = gw.String()
 			break
 		}
-		if !strings.Contains(err.Error(), "overlap") || try >= 20 {
+		if !engine.IsSubnetOverlap(err) || try >= 20 {
 			return nil, nil, s.engineErr("create network", err)
 		}
 	}
@@ -451,7 +451,7 @@ func (s *Sandbox) closeNetwork(ctx context.Context) error {
 			}
 			return nil
 		}, func(err error) bool { // the container is still going away
-			return engine.IsConflict(err) || strings.Contains(err.Error(), "active endpoints")
+			return engine.IsInUse(err)
 		})
 		if err != nil {
 			s.remember(leftover.Network, target, err)

@@ -27,7 +27,6 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
-	"github.com/docker/docker/client"
 
 	"github.com/agentsandbox/sandbox/internal/agentconn"
 	"github.com/agentsandbox/sandbox/internal/disk"
@@ -54,7 +53,7 @@ const DefaultTimeout = 30 * time.Second
 // concurrent use by multiple goroutines.
 type Sandbox struct {
 	cfg    config
-	cli    *client.Client
+	cli    engine.API
 	name   string // the container's name, unique, chosen before it is created
 	id     string
 	uid    int
@@ -324,7 +323,7 @@ func New(ctx context.Context, opts ...Option) (*Sandbox, error) {
 
 // connect returns a client whose every request must start to be answered
 // within answer.
-func connect(ctx context.Context, host string, answer time.Duration) (*client.Client, error) {
+func connect(ctx context.Context, host string, answer time.Duration) (engine.API, error) {
 	cli, err := engine.Connect(ctx, host, answer)
 	if err != nil {
 		return nil, fmt.Errorf("%w at %s: is dockerd running, and may this user use it? (%v)",
@@ -817,7 +816,7 @@ func (s *Sandbox) teardown() error {
 	// Without an ID the create may still have happened: remove by name.
 	if target := cmp.Or(s.id, s.name); target != "" {
 		err := s.cli.ContainerRemove(ctx, target, container.RemoveOptions{Force: true, RemoveVolumes: true})
-		if err != nil && !removedElsewhere(err) {
+		if err != nil && !engine.IsGone(err) {
 			s.remember(leftover.Container, target, err)
 			errs = append(errs, fmt.Errorf("sandbox: remove container %s: %w", shortID(target), err))
 		}
@@ -871,7 +870,7 @@ func (s *Sandbox) remember(kind, name string, err error) {
 // sweep removes the objects remembered on host (see remember), and
 // remembers again those the engine still does not remove. It returns how
 // many it removed.
-func sweep(ctx context.Context, cli *client.Client, host string) (int, error) {
+func sweep(ctx context.Context, cli engine.API, host string) (int, error) {
 	var n int
 	var errs []error
 	for _, o := range leftover.Take(host) {
@@ -887,7 +886,7 @@ func sweep(ctx context.Context, cli *client.Client, host string) (int, error) {
 		switch {
 		case err == nil:
 			n++
-		case removedElsewhere(err):
+		case engine.IsGone(err):
 		default:
 			leftover.Add(o)
 			errs = append(errs, fmt.Errorf("sandbox: remove %s %s left by an unanswered request: %w", o.Kind, o.Name, err))
@@ -896,22 +895,9 @@ func sweep(ctx context.Context, cli *client.Client, host string) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-func isRemovalInProgress(err error) bool {
-	return engine.IsConflict(err) && strings.Contains(err.Error(), "in progress")
-}
-
-// removedElsewhere reports whether the failure to remove an object means
-// that someone else (another Prune, a Close of another process) removed or
-// is removing it: not found, removal in progress, or for an image the
-// engine's "unrecognized image ID" when it went while being looked up.
-func removedElsewhere(err error) bool {
-	return engine.IsNotFound(err) || isRemovalInProgress(err) ||
-		strings.Contains(err.Error(), "unrecognized image ID")
-}
-
 // removeVolume removes a volume, waiting for an auto-removed container that
 // still holds it to go away.
-func removeVolume(ctx context.Context, cli *client.Client, name string) error {
+func removeVolume(ctx context.Context, cli engine.API, name string) error {
 	// In use (a conflict): the container is still being removed.
 	err := engine.RetryBusy(ctx, func() error {
 		if err := cli.VolumeRemove(ctx, name, true); err != nil && !engine.IsNotFound(err) {
@@ -940,6 +926,15 @@ func Prune(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	defer cli.Close()
+	return prune(ctx, cli, connect, firewall.Prune)
+}
+
+// prune is Prune on the engine cli, connecting to other engines (for this
+// process's leftovers) with dial and removing orphaned firewall rules with
+// fw: the seams its unit tests replace.
+func prune(ctx context.Context, cli engine.API,
+	dial func(ctx context.Context, host string, answer time.Duration) (engine.API, error),
+	fw func(ctx context.Context, exists func(tag string) bool) (int, error)) (int, error) {
 	f := filters.NewArgs(filters.Arg("label", engine.LabelManaged+"=true"))
 	var n int
 	var errs []error
@@ -952,7 +947,7 @@ func Prune(ctx context.Context) (int, error) {
 			err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 			if err == nil {
 				n++
-			} else if !removedElsewhere(err) {
+			} else if !engine.IsGone(err) {
 				errs = append(errs, err)
 			}
 		}
@@ -987,7 +982,7 @@ func Prune(ctx context.Context) (int, error) {
 	// looked up after its rules were listed: a sandbox being created now
 	// makes its network before its rules, so they are never taken for
 	// orphans (as they would be against a network list taken earlier).
-	k, _ := firewall.Prune(ctx, func(tag string) bool {
+	k, _ := fw(ctx, func(tag string) bool {
 		_, err := cli.NetworkInspect(ctx, tag, network.InspectOptions{})
 		return !engine.IsNotFound(err)
 	})
@@ -998,7 +993,8 @@ func Prune(ctx context.Context) (int, error) {
 	for _, host := range leftover.Hosts() {
 		hcli := cli
 		if host != engine.Host("") {
-			if hcli, err = connect(ctx, host, DefaultTimeout); err != nil {
+			var err error
+			if hcli, err = dial(ctx, host, DefaultTimeout); err != nil {
 				continue
 			}
 		}
@@ -1020,7 +1016,7 @@ func Prune(ctx context.Context) (int, error) {
 			_, err := cli.ImageRemove(ctx, im.ID, image.RemoveOptions{PruneChildren: true})
 			if err == nil {
 				n++
-			} else if !removedElsewhere(err) {
+			} else if !engine.IsGone(err) {
 				errs = append(errs, err)
 			}
 		}

@@ -153,7 +153,7 @@ func (s *Sandbox) removeHelper(ctx context.Context, name string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.timeout)
 	defer cancel()
 	err := s.cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true})
-	if err != nil && !removedElsewhere(err) {
+	if err != nil && !engine.IsGone(err) {
 		s.remember(leftover.Container, name, err)
 	}
 }
@@ -439,7 +439,7 @@ func (sn *Snapshot) deleteImage(ctx context.Context) error {
 	// Conflict: a container of it (auto-removed) is still going away.
 	err = engine.RetryBusy(ctx, func() error {
 		_, err := cli.ImageRemove(ctx, sn.id, image.RemoveOptions{PruneChildren: true})
-		if err != nil && removedElsewhere(err) {
+		if err != nil && engine.IsGone(err) {
 			return nil
 		}
 		return err

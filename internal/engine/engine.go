@@ -17,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/client"
 )
@@ -105,13 +104,6 @@ func (a answerBound) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// IsNotFound reports whether err is the engine's "no such object".
-func IsNotFound(err error) bool { return cerrdefs.IsNotFound(err) }
-
-// IsConflict reports whether err is the engine's "conflict" (for example a
-// container that is not running, or whose removal is already in progress).
-func IsConflict(err error) bool { return cerrdefs.IsConflict(err) }
-
 // ErrIdle is returned by a reader from IdleBounded that saw no data in time.
 var ErrIdle = errors.New("engine: no data in time")
 
@@ -188,29 +180,6 @@ func Attach(ctx context.Context, d time.Duration, f func(context.Context) (types
 		giveUp()
 		return types.HijackedResponse{}, fmt.Errorf("%w: attaching took over %v", ErrNoAnswer, d)
 	}
-}
-
-// ErrNoAnswer is the error of a request (through a client from Connect) or
-// an attach set-up (Attach) that the engine did not answer in time.
-var ErrNoAnswer = errors.New("engine: no answer in time")
-
-// IsTimeout reports whether err is a request the engine did not answer in
-// time: no answer's headers within Connect's bound, an attach set-up that
-// did not finish (Attach), a stream that went quiet (IdleBounded, Watch).
-func IsTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, ErrNoAnswer) || errors.Is(err, ErrIdle) ||
-		(errors.As(err, &ne) && ne.Timeout() && !errors.Is(err, context.DeadlineExceeded))
-}
-
-// IsUnreachable reports whether err means the engine could not be reached
-// at all (as opposed to an error the engine returned).
-func IsUnreachable(err error) bool {
-	var op *net.OpError
-	dial := errors.As(err, &op) && op.Op == "dial"
-	return client.IsErrConnectionFailed(err) || dial ||
-		IsTimeout(err) ||
-		strings.Contains(err.Error(), "Cannot connect to the Docker daemon")
 }
 
 var owner = sync.OnceValue(func() string {

@@ -1,0 +1,54 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	cerrdefs "github.com/containerd/errdefs"
+)
+
+// The engine's answers as the docker client returns them: a class from the
+// HTTP status (errdefs) and the daemon's message.
+func TestClassify(t *testing.T) {
+	conflict := func(msg string) error {
+		return fmt.Errorf("Error response from daemon: %s: %w", msg, cerrdefs.ErrConflict)
+	}
+	forbidden := func(msg string) error {
+		return fmt.Errorf("Error response from daemon: %s: %w", msg, cerrdefs.ErrPermissionDenied)
+	}
+	notFound := fmt.Errorf("Error response from daemon: No such container: 1234: %w", cerrdefs.ErrNotFound)
+	inProgress := conflict("removal of container 1234 is already in progress")
+	volumeInUse := conflict("remove asb-vol: volume is in use - [1234]")
+	endpoints := forbidden("error while removing network: network agentsandbox-ab id 99 has active endpoints")
+	overlap := forbidden("invalid pool request: Pool overlaps with other one on this address space")
+	imageGone := errors.New("Error response from daemon: unrecognized image ID sha256:abcd")
+	plain := errors.New("Error response from daemon: something else")
+
+	cases := []struct {
+		name                                      string
+		err                                       error
+		notFound, conflict, progress, gone, inUse bool
+		overlap                                   bool
+	}{
+		{"not found", notFound, true, false, false, true, false, false},
+		{"removal in progress", inProgress, false, true, true, true, true, false},
+		{"volume in use", volumeInUse, false, true, false, false, true, false},
+		{"network has endpoints", endpoints, false, false, false, false, true, false},
+		{"subnet overlap", overlap, false, false, false, false, false, true},
+		{"image went", imageGone, false, false, false, true, false, false},
+		{"other", plain, false, false, false, false, false, false},
+		{"nil", nil, false, false, false, false, false, false},
+	}
+	for _, c := range cases {
+		got := [6]bool{IsNotFound(c.err), IsConflict(c.err), IsRemovalInProgress(c.err), IsGone(c.err), IsInUse(c.err), IsSubnetOverlap(c.err)}
+		want := [6]bool{c.notFound, c.conflict, c.progress, c.gone, c.inUse, c.overlap}
+		if got != want {
+			t.Errorf("%s: NotFound, Conflict, RemovalInProgress, Gone, InUse, SubnetOverlap = %v, want %v", c.name, got, want)
+		}
+		// None of them is the engine being unreachable.
+		if c.err != nil && IsUnreachable(c.err) {
+			t.Errorf("%s: IsUnreachable", c.name)
+		}
+	}
+}

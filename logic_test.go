@@ -1,0 +1,474 @@
+package sandbox
+
+// Unit tests of the package's own logic: no Docker engine is used (the
+// engine is a fake behind engine.API, the agent a fake over an in-memory
+// pipe), so `go test -run 'TestUnit' .` passes in milliseconds on a machine
+// without one.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
+
+	"github.com/agentsandbox/sandbox/internal/agentconn"
+	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/internal/wire"
+)
+
+// fakeEngine is an engine holding the objects the test lists; it records
+// removals and answers them with the errors the test set. Calls it does
+// not implement panic (the embedded nil API): a test that reaches one
+// uses the engine in a way it did not expect.
+type fakeEngine struct {
+	engine.API
+	mu         sync.Mutex
+	containers []container.Summary
+	volumes    []*volume.Volume
+	networks   []network.Summary
+	images     []image.Summary
+	removeErr  map[string][]error // per ID: the errors of successive removals
+	removed    []string
+	inspected  []string
+	filters    []filters.Args
+	state      *container.State // ContainerInspect's answer; nil: not found
+}
+
+func (f *fakeEngine) remove(id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if errs := f.removeErr[id]; len(errs) > 0 {
+		f.removeErr[id] = errs[1:]
+		if errs[0] != nil {
+			return errs[0]
+		}
+	}
+	f.removed = append(f.removed, id)
+	return nil
+}
+
+func (f *fakeEngine) list(a filters.Args) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.filters = append(f.filters, a)
+}
+
+func (f *fakeEngine) ContainerList(_ context.Context, o container.ListOptions) ([]container.Summary, error) {
+	f.list(o.Filters)
+	return f.containers, nil
+}
+func (f *fakeEngine) ContainerRemove(_ context.Context, id string, _ container.RemoveOptions) error {
+	return f.remove(id)
+}
+func (f *fakeEngine) VolumeList(_ context.Context, o volume.ListOptions) (volume.ListResponse, error) {
+	f.list(o.Filters)
+	return volume.ListResponse{Volumes: f.volumes}, nil
+}
+func (f *fakeEngine) VolumeRemove(_ context.Context, id string, _ bool) error { return f.remove(id) }
+func (f *fakeEngine) NetworkList(_ context.Context, o network.ListOptions) ([]network.Summary, error) {
+	f.list(o.Filters)
+	return f.networks, nil
+}
+func (f *fakeEngine) NetworkRemove(_ context.Context, id string) error { return f.remove(id) }
+func (f *fakeEngine) NetworkInspect(_ context.Context, id string, _ network.InspectOptions) (network.Inspect, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inspected = append(f.inspected, id)
+	for _, n := range f.networks {
+		if n.ID == id || n.Name == id {
+			return network.Inspect(n), nil
+		}
+	}
+	return network.Inspect{}, fmt.Errorf("network %s not found: %w", id, cerrdefs.ErrNotFound)
+}
+func (f *fakeEngine) ImageList(_ context.Context, o image.ListOptions) ([]image.Summary, error) {
+	f.list(o.Filters)
+	return f.images, nil
+}
+func (f *fakeEngine) ImageRemove(_ context.Context, id string, _ image.RemoveOptions) ([]image.DeleteResponse, error) {
+	return nil, f.remove(id)
+}
+func (f *fakeEngine) ContainerInspect(_ context.Context, id string) (container.InspectResponse, error) {
+	if f.state == nil {
+		return container.InspectResponse{}, fmt.Errorf("No such container: %s: %w", id, cerrdefs.ErrNotFound)
+	}
+	return container.InspectResponse{ContainerJSONBase: &container.ContainerJSONBase{ID: id, State: f.state}}, nil
+}
+func (f *fakeEngine) Close() error { return nil }
+
+// Prune removes exactly the objects whose owner is known to be dead: made
+// on this host by a process that no longer runs, or before the host last
+// booted. Live owners (this process), other hosts and labels it cannot
+// read are left alone; a removal someone else is already doing is not an
+// error, and a volume still in use is retried until it goes.
+func TestUnitPruneOwnerRules(t *testing.T) {
+	me := engine.Owner()
+	f := strings.Split(me, "/") // host/boot/pid/start
+	start, _ := strconv.ParseUint(f[3], 10, 64)
+	owners := map[string]string{
+		"live":      me,
+		"dead":      f[0] + "/" + f[1] + "/" + f[2] + "/" + strconv.FormatUint(start+1, 10), // same pid, another start
+		"rebooted":  f[0] + "/other-boot/" + f[2] + "/" + f[3],
+		"otherhost": "elsewhere/" + f[1] + "/1/1",
+		"garbled":   "not an owner",
+		"none":      "",
+	}
+	labels := func(who string) map[string]string {
+		return map[string]string{engine.LabelManaged: "true", engine.LabelOwner: owners[who]}
+	}
+	fe := &fakeEngine{removeErr: map[string][]error{
+		// Another Prune is removing it: not this one's, not an error.
+		"c-rebooted": {fmt.Errorf("removal of container c-rebooted is already in progress: %w", cerrdefs.ErrConflict)},
+		// Still held by a container being removed: retried.
+		"v-dead": {fmt.Errorf("volume is in use: %w", cerrdefs.ErrConflict), nil},
+		// Went while being looked up.
+		"i-rebooted": {errors.New("unrecognized image ID sha256:1234")},
+	}}
+	for who := range owners {
+		fe.containers = append(fe.containers, container.Summary{ID: "c-" + who, Labels: labels(who)})
+		fe.volumes = append(fe.volumes, &volume.Volume{Name: "v-" + who, Labels: labels(who)})
+		fe.networks = append(fe.networks, network.Summary{ID: "n-" + who, Name: "agentsandbox-" + who, Labels: labels(who)})
+		fe.images = append(fe.images, image.Summary{ID: "i-" + who, Labels: labels(who)})
+	}
+	var asked []string
+	fw := func(ctx context.Context, exists func(string) bool) (int, error) {
+		// Rules of a network that exists are kept, others removed.
+		for _, tag := range []string{"n-live", "n-gone"} {
+			if !exists(tag) {
+				asked = append(asked, tag)
+			}
+		}
+		return len(asked), nil
+	}
+	dial := func(context.Context, string, time.Duration) (engine.API, error) {
+		t.Error("prune dialled another engine with no leftovers remembered")
+		return nil, errors.New("no")
+	}
+	n, err := prune(context.Background(), fe, dial, fw)
+	if err != nil {
+		t.Fatalf("prune: %v", err)
+	}
+	want := []string{"c-dead", "i-dead", "n-dead", "n-rebooted", "v-dead", "v-rebooted"}
+	slices.Sort(fe.removed)
+	if !slices.Equal(fe.removed, want) {
+		t.Errorf("removed %v, want %v", fe.removed, want)
+	}
+	if !slices.Equal(asked, []string{"n-gone"}) {
+		t.Errorf("firewall rules judged orphaned: %v, want [n-gone]", asked)
+	}
+	if n != len(want)+1 {
+		t.Errorf("prune counted %d, want %d (%d objects and 1 firewall rule set)", n, len(want)+1, len(want))
+	}
+	for _, a := range fe.filters {
+		if !a.ExactMatch("label", engine.LabelManaged+"=true") {
+			t.Errorf("a list was not limited to the library's objects: %v", a)
+		}
+	}
+
+	// A removal that fails for another reason is reported, and the rest
+	// still done.
+	fe = &fakeEngine{
+		containers: []container.Summary{{ID: "c1", Labels: labels("dead")}, {ID: "c2", Labels: labels("dead")}},
+		removeErr:  map[string][]error{"c1": {errors.New("driver failed")}},
+	}
+	n, err = prune(context.Background(), fe, dial, func(context.Context, func(string) bool) (int, error) { return 0, nil })
+	if err == nil || !strings.Contains(err.Error(), "driver failed") || n != 1 || !slices.Equal(fe.removed, []string{"c2"}) {
+		t.Errorf("prune with a failing removal: %d, %v, removed %v", n, err, fe.removed)
+	}
+}
+
+// engineErr is where the package turns the engine's errors into its own
+// sentinels.
+func TestUnitEngineErrors(t *testing.T) {
+	dialErr := &net.OpError{Op: "dial", Net: "unix", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ENOENT}}
+	noAnswer := fmt.Errorf("post: %w", engine.ErrNoAnswer)
+	notFound := fmt.Errorf("No such container: x: %w", cerrdefs.ErrNotFound)
+	conflict := fmt.Errorf("container x is not running: %w", cerrdefs.ErrConflict)
+	cases := []struct {
+		name  string
+		id    string
+		state *container.State
+		err   error
+		is    []error
+		isNot []error
+		say   string
+	}{
+		{"unreachable", "", nil, dialErr, []error{ErrEngineUnavailable}, []error{ErrUnresponsive}, "is dockerd running?"},
+		{"no answer", "", nil, noAnswer, []error{ErrEngineUnavailable, ErrUnresponsive}, nil, "stopped or overloaded"},
+		{"caller's deadline", "", nil, fmt.Errorf("x: %w", context.DeadlineExceeded), []error{context.DeadlineExceeded}, []error{ErrEngineUnavailable}, ""},
+		{"caller cancelled", "c1", nil, context.Canceled, []error{context.Canceled}, []error{ErrSandboxGone}, ""},
+		{"container gone", "c1", nil, notFound, []error{ErrSandboxGone}, []error{ErrEngineUnavailable}, "c1"},
+		{"container exited", "c1", &container.State{Status: "exited"}, conflict, []error{ErrSandboxGone}, nil, ""},
+		{"container paused", "c1", &container.State{Running: true, Paused: true}, conflict, []error{ErrUnresponsive}, []error{ErrSandboxGone}, "paused"},
+		{"not found before create", "", nil, notFound, nil, []error{ErrSandboxGone, ErrEngineUnavailable}, "sandbox: op:"},
+		{"other", "c1", &container.State{Running: true}, errors.New("disk full"), nil, []error{ErrSandboxGone, ErrUnresponsive}, "disk full"},
+	}
+	for _, c := range cases {
+		s := &Sandbox{cfg: config{timeout: time.Second}, cli: &fakeEngine{state: c.state}, id: c.id}
+		got := s.engineErr("op", c.err)
+		for _, e := range c.is {
+			if !errors.Is(got, e) {
+				t.Errorf("%s: %v is not %v", c.name, got, e)
+			}
+		}
+		for _, e := range c.isNot {
+			if errors.Is(got, e) {
+				t.Errorf("%s: %v is %v", c.name, got, e)
+			}
+		}
+		if !strings.Contains(got.Error(), c.say) {
+			t.Errorf("%s: %q does not say %q", c.name, got, c.say)
+		}
+	}
+	if (&Sandbox{}).engineErr("op", nil) != nil {
+		t.Error("engineErr(nil) is not nil")
+	}
+}
+
+// Options: defaults, merging of limits, and refusal of what cannot work.
+func TestUnitOptions(t *testing.T) {
+	t.Setenv("AGENTSANDBOX_PULL", "")
+	c, err := newConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.image != DefaultImage || c.workdir != "/workspace" || c.user != "1000:1000" || c.pull != PullMissing ||
+		c.limits != DefaultLimits() || !c.network.none() || c.timeout != DefaultTimeout {
+		t.Errorf("defaults: %+v", c)
+	}
+
+	// Zero fields keep the default, negative ones remove the limit, the
+	// last WithLimits wins whole.
+	c, err = newConfig([]Option{
+		WithLimits(Limits{Memory: 1 << 30}),
+		WithLimits(Limits{PIDs: 64, Disk: -1, ExecTimeout: -1}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultLimits()
+	want.PIDs, want.Disk, want.ExecTimeout = 64, -1, -1
+	if c.limits != want {
+		t.Errorf("merged limits %+v, want %+v", c.limits, want)
+	}
+
+	// Options that add, add.
+	c, _ = newConfig([]Option{WithEnv("A=1"), WithEnv("B=2", "C="), WithLabels(map[string]string{"x": "1"}), WithLabels(map[string]string{"y": "2"})})
+	if !slices.Equal(c.env, []string{"A=1", "B=2", "C="}) || len(c.labels) != 2 {
+		t.Errorf("env %q labels %v", c.env, c.labels)
+	}
+
+	t.Setenv("AGENTSANDBOX_PULL", "Never")
+	if c, _ := newConfig(nil); c.pull != PullNever {
+		t.Error("AGENTSANDBOX_PULL=never did not make PullNever the default")
+	}
+	if c, _ := newConfig([]Option{WithPullPolicy(PullMissing)}); c.pull != PullMissing {
+		t.Error("WithPullPolicy did not override the environment")
+	}
+
+	// One way to say "a network with nothing allowed".
+	for _, p := range []NetworkPolicy{AllowHosts(), {Allow: []string{}}} {
+		c, err := newConfig([]Option{WithNetwork(p)})
+		if err != nil || c.network.none() || c.network.Allow == nil || len(c.network.Allow) != 0 {
+			t.Errorf("WithNetwork(%#v): %v, policy %#v", p, err, c.network)
+		}
+	}
+	if c, _ := newConfig([]Option{WithNetwork(NetworkPolicy{})}); !c.network.none() {
+		t.Error("the zero policy is not \"no network\"")
+	}
+
+	bad := []struct {
+		name string
+		opt  Option
+		say  string
+	}{
+		{"empty image", WithImage(""), "empty image"},
+		{"pull policy", WithPullPolicy(7), "unknown policy"},
+		{"env without =", WithEnv("NOVALUE"), "not KEY=value"},
+		{"env with NUL", WithEnv("A=\x00"), "not KEY=value"},
+		{"env empty key", WithEnv("=1"), "not KEY=value"},
+		{"host env", WithEnv(append(os.Environ(), "X=1")...), "whole environment"},
+		{"relative workdir", WithWorkdir("work"), "not an absolute path"},
+		{"workdir /", WithWorkdir("/"), `"/"`},
+		{"workdir in /proc", WithWorkdir("/proc/self"), "under /proc"},
+		{"workdir /sys", WithWorkdir("/sys/../sys"), "under /sys"},
+		{"workdir in /dev", WithWorkdir("/dev/shm"), "under /dev"},
+		{"user name", WithUser("nobody"), "numeric"},
+		{"negative uid", WithUser("-1"), "numeric"},
+		{"bad gid", WithUser("1000:x"), "numeric"},
+		{"reserved label", WithLabels(map[string]string{"dev.agentsandbox.owner": "me"}), "reserved"},
+		{"open and allow", WithNetwork(NetworkPolicy{Open: true, Allow: []string{"a.com"}}), "exclude"},
+		{"credential host not allowed", WithNetwork(NetworkPolicy{Allow: []string{"a.com"}, Credentials: []Credential{{Host: "b.com", Header: "X", Value: "v"}}}), "not allowed"},
+		{"credential header", WithNetwork(NetworkPolicy{Allow: []string{"a.com"}, Credentials: []Credential{{Host: "a.com", Header: "X: y", Value: "v"}}}), "bad header"},
+		{"tmp unlimited", WithLimits(Limits{TmpSize: -1}), "TmpSize"},
+		{"memory too small", WithLimits(Limits{Memory: 1 << 20}), "6 MiB"},
+		{"pids too few", WithLimits(Limits{PIDs: 8}), "minimum 16"},
+		{"lifetime too short", WithLimits(Limits{Lifetime: time.Millisecond}), "one second"},
+	}
+	for _, b := range bad {
+		if _, err := newConfig([]Option{b.opt}); err == nil || !strings.Contains(err.Error(), b.say) {
+			t.Errorf("%s: %v, want an error saying %q", b.name, err, b.say)
+		}
+	}
+	if _, err := newConfig([]Option{WithWorkdir("/srv/../proc2"), WithUser("0"), WithUser("1000:50")}); err != nil {
+		t.Errorf("good options refused: %v", err)
+	}
+}
+
+// The one path rule: methods take names like a shell in the workdir;
+// FS takes fs.FS names rooted at "/".
+func TestUnitPathRule(t *testing.T) {
+	s := &Sandbox{cfg: config{workdir: "/workspace"}}
+	for name, want := range map[string]string{
+		"x":                        "/workspace/x",
+		"./a/../b":                 "/workspace/b",
+		"../etc/passwd":            "/etc/passwd",
+		"/tmp//y/":                 "/tmp/y",
+		"/":                        "/",
+		"":                         "/workspace",
+		"dir with space/new\nline": "/workspace/dir with space/new\nline",
+	} {
+		if got := s.abs(name); got != want {
+			t.Errorf("abs(%q) = %q, want %q", name, got, want)
+		}
+	}
+	f := sandboxFS{s: s}
+	for name, want := range map[string]string{".": "/", "etc/passwd": "/etc/passwd", "workspace/x": "/workspace/x"} {
+		if got, err := f.path("open", name); err != nil || got != want {
+			t.Errorf("FS path(%q) = %q, %v; want %q", name, got, err, want)
+		}
+	}
+	for _, name := range []string{"/etc/passwd", "../x", "a/../b", "a/", "", "a//b"} {
+		if _, err := f.path("open", name); !errors.Is(err, fs.ErrInvalid) {
+			t.Errorf("FS path(%q): %v, want fs.ErrInvalid", name, err)
+		}
+	}
+}
+
+// fakeAgent plays a sandbox's agent over an in-memory pipe: every command
+// it is asked to run prints its arguments and exits with status len(args)-1.
+func fakeAgent(t *testing.T) *Sandbox {
+	t.Helper()
+	lib, ag := net.Pipe()
+	conn := agentconn.Start(pipeStream{lib}, lib, 5*time.Second)
+	w := wire.NewWriter(ag)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			fr, err := wire.ReadFrame(ag)
+			if err != nil {
+				return
+			}
+			if fr.Kind != wire.Exec {
+				continue
+			}
+			var req wire.ExecRequest
+			json.Unmarshal(fr.Data, &req)
+			w.WriteJSON(wire.Started, fr.Channel, wire.Start{PID: 7})
+			w.Write(wire.Stdout, fr.Channel, []byte(strings.Join(req.Args, " ")+"\n"))
+			w.Write(wire.Stdout, fr.Channel, nil)
+			w.Write(wire.Stderr, fr.Channel, nil)
+			w.WriteJSON(wire.Exited, fr.Channel, wire.Exit{Code: len(req.Args) - 1})
+		}
+	}()
+	t.Cleanup(func() {
+		ag.Close()
+		lib.Close()
+		<-conn.Done()
+		<-done
+	})
+	cfg, err := newConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Sandbox{cfg: cfg, log: cfg.logger, agent: conn, id: "fake"}
+}
+
+type pipeStream struct{ net.Conn }
+
+func (p pipeStream) CloseWrite() error { return p.Conn.Close() }
+
+// Cmd follows os/exec's state machine.
+func TestUnitCmdStates(t *testing.T) {
+	ctx := context.Background()
+	s := fakeAgent(t)
+
+	var zero Cmd
+	if err := zero.Run(); !errors.Is(err, errNoSandbox) {
+		t.Errorf("Run of a Cmd not made by Command: %v", err)
+	}
+	//lint:ignore SA1012 a nil Context is what is tested
+	if err := s.Command(nil, "true").Run(); err == nil || !strings.Contains(err.Error(), "nil Context") { //nolint:staticcheck
+		t.Errorf("nil context: %v", err)
+	}
+	if err := s.Command(ctx, "").Start(); err == nil || !strings.Contains(err.Error(), "empty command") {
+		t.Errorf("empty command: %v", err)
+	}
+
+	c := s.Command(ctx, "echo")
+	if err := c.Wait(); err == nil || !strings.Contains(err.Error(), "not started") {
+		t.Errorf("Wait before Start: %v", err)
+	}
+	out, err := c.Output()
+	if err != nil || string(out) != "echo\n" || c.ProcessState == nil || !c.ProcessState.Success() {
+		t.Errorf("Output: %q, %v, %v", out, err, c.ProcessState)
+	}
+	if err := c.Start(); err == nil || !strings.Contains(err.Error(), "already started") {
+		t.Errorf("second Start: %v", err)
+	}
+	if err := c.Wait(); err == nil || !strings.Contains(err.Error(), "already called") {
+		t.Errorf("second Wait: %v", err)
+	}
+	if _, err := c.StdoutPipe(); err == nil {
+		t.Error("StdoutPipe after Start")
+	}
+	if _, err := c.StdinPipe(); err == nil {
+		t.Error("StdinPipe after Start")
+	}
+
+	c = s.Command(ctx, "false", "x", "y")
+	var b strings.Builder
+	c.Stdout = &b
+	if _, err := c.Output(); err == nil || !strings.Contains(err.Error(), "Stdout already set") {
+		t.Errorf("Output with Stdout set: %v", err)
+	}
+	err = c.Run()
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Code != 2 || c.ProcessState.ExitCode() != 2 || b.String() != "false x y\n" {
+		t.Errorf("Run: %v (exit %v), stdout %q", err, c.ProcessState, b.String())
+	}
+
+	c = s.Command(ctx, "true")
+	c.Env = append(os.Environ(), "X=1")
+	if err := c.Run(); err == nil || !strings.Contains(err.Error(), "whole environment") {
+		t.Errorf("Cmd.Env with the host's environment: %v", err)
+	}
+	if err := c.Wait(); err == nil || !strings.Contains(err.Error(), "not started") {
+		t.Errorf("Wait after a refused Start: %v", err)
+	}
+
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	if err := s.Command(ctx, "true").Run(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Run on a closed sandbox: %v", err)
+	}
+}
