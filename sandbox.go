@@ -33,6 +33,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/firewall"
 	"github.com/agentsandbox/sandbox/internal/leftover"
+	"github.com/agentsandbox/sandbox/internal/pseudofs"
 )
 
 // DefaultImage is the image used when WithImage is not given.
@@ -206,10 +207,8 @@ func WithWorkdir(dir string) Option {
 			return fmt.Errorf("sandbox: WithWorkdir: %q is not an absolute path", dir)
 		}
 		dir = path.Clean(dir)
-		for _, bad := range []string{"/proc", "/sys", "/dev"} {
-			if dir == bad || strings.HasPrefix(dir, bad+"/") {
-				return fmt.Errorf("sandbox: WithWorkdir: %q is under %s", dir, bad)
-			}
+		if m, ok := pseudofs.Under(dir); ok {
+			return fmt.Errorf("sandbox: WithWorkdir: %q is under %s", dir, m)
 		}
 		if dir == "/" {
 			return errors.New(`sandbox: WithWorkdir: "/" cannot be the working directory`)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/agentsandbox/sandbox/internal/pseudofs"
 )
 
 // Bounds of the editor.
@@ -76,12 +78,8 @@ func problem(ctx context.Context, err error, verb, p string) (string, error) {
 // pseudoFS reports whether p is on /proc, /sys or /dev, whose files may
 // report size 0 and yet be endless.
 func pseudoFS(p string) bool {
-	for _, m := range []string{"/proc", "/sys", "/dev"} {
-		if p == m || strings.HasPrefix(p, m+"/") {
-			return true
-		}
-	}
-	return false
+	_, ok := pseudofs.Under(p)
+	return ok
 }
 
 // readText reads the regular file p for the editor. It returns the text,
