@@ -1,6 +1,6 @@
 // Package images builds sandbox images locally, without a container
 // registry, from recipes embedded in this package: every image is made from
-// Debian packages (debootstrap) or a host binary, imported into the Docker
+// Debian packages (mmdebstrap) or a host binary, imported into the Docker
 // engine and tagged "agentsandbox/NAME:HASH", where HASH is derived from
 // the recipe, so it is built once and rebuilt only when the recipe changes.
 //
@@ -16,10 +16,14 @@
 //     and nothing to build code with (no compilers, no headers).
 //   - [Python]: the same with numpy, pandas and matplotlib.
 //
-// The Python recipes run debootstrap, which needs root and the debootstrap
-// package on the engine's host, and Debian's mirror (or a mirror set with
-// DEBIAN_MIRROR); they take a few minutes and say what they are doing on
-// the progress writer, one line per step. Builds are serialized across
+// The Python recipes run mmdebstrap (apt-get install mmdebstrap uidmap)
+// and need Debian's mirror (or a mirror set with DEBIAN_MIRROR) and a
+// local engine; they take a minute or a few and say what they are doing on
+// the progress writer, one line per step and per package downloaded. They
+// need no root: as a user with subordinate ids in /etc/subuid and
+// /etc/subgid (useradd gives every new user a range) mmdebstrap builds in
+// a user namespace, and the image is imported through the engine's API
+// like any docker-group user's. Builds are serialized across
 // processes with a file lock per image in [os.TempDir].
 package images
 
@@ -61,7 +65,7 @@ const (
 )
 
 // recipes says what each recipe is made of: a directory of recipes/ and,
-// for debootstrap recipes, the Debian packages to include.
+// for Debian recipes, the Debian packages to include.
 var recipes = map[Recipe]struct{ dir, packages string }{
 	Busybox:    {dir: "busybox"},
 	PythonSlim: {dir: "python", packages: "python3,procps,ca-certificates"},
@@ -145,9 +149,9 @@ func Ensure(ctx context.Context, recipe Recipe, progress io.Writer) (string, err
 		fmt.Fprintf(log, "images: building %s from the host's busybox-static (a few seconds)...\n", tag)
 		err = buildBusybox(ctx, cli, r.dir, tag, log)
 	} else {
-		fmt.Fprintf(log, "images: building %s with debootstrap from Debian packages %s (about %d minutes)...\n",
+		fmt.Fprintf(log, "images: building %s with mmdebstrap from Debian packages %s (up to %d minutes)...\n",
 			tag, r.packages, pythonBuildMinutes)
-		err = buildDebootstrap(ctx, r.dir, r.packages, recipe, tag, log)
+		err = buildDebian(ctx, r.dir, r.packages, recipe, tag, log)
 	}
 	if err != nil {
 		return "", fmt.Errorf("images: building %s: %w", tag, err)
@@ -340,11 +344,11 @@ func readBuildStream(r io.Reader, log io.Writer) error {
 	}
 }
 
-// buildDebootstrap runs the recipe's build.sh with tag and packages, its
+// buildDebian runs the recipe's build.sh with tag and packages, its
 // output going to log. Cancelling ctx sends SIGTERM to the script's whole
-// process group (debootstrap, tar, docker import), whose EXIT trap removes
-// the root file system.
-func buildDebootstrap(ctx context.Context, dir, packages string, recipe Recipe, tag string, log io.Writer) error {
+// process group (mmdebstrap, docker import), whose EXIT trap removes its
+// files.
+func buildDebian(ctx context.Context, dir, packages string, recipe Recipe, tag string, log io.Writer) error {
 	script, err := recipeFS.ReadFile("recipes/" + dir + "/build.sh")
 	if err != nil {
 		return err

@@ -3,11 +3,16 @@ package images
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 )
@@ -204,5 +209,41 @@ func TestEnsurePython(t *testing.T) {
 	out, code := run(t, tag, "python3", "-c", `import numpy, pandas, matplotlib; print("ok")`)
 	if code != 0 || strings.TrimSpace(out) != "ok" {
 		t.Fatalf("python3 imports: exit %d, output %q", code, out)
+	}
+}
+
+// TestBuildDebianAnyUser runs the Debian recipe's build into a throwaway
+// tag, whatever user runs the test: as root mmdebstrap builds in root mode,
+// as a docker-group user in a user namespace (CI runs it both ways). The
+// image has root-owned system files, a setuid passwd, the sandbox user and
+// a /workspace it owns, and python3.
+func TestBuildDebianAnyUser(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	tag := fmt.Sprintf("agentsandbox/build-test:%d-%d", os.Getuid(), time.Now().UnixNano())
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	t.Cleanup(func() {
+		if _, err := cli.ImageRemove(context.Background(), tag, image.RemoveOptions{PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			t.Errorf("removing %s: %v", tag, err)
+		}
+	})
+	var progress bytes.Buffer
+	r := recipes[PythonSlim]
+	if err := buildDebian(ctx, r.dir, r.packages, PythonSlim, tag, io.MultiWriter(&progress, tlog{t})); err != nil {
+		t.Fatalf("build as uid %d: %v", os.Getuid(), err)
+	}
+	for _, want := range []string{"==> images: mmdebstrap", "Get:", "python3", "==> images: importing"} {
+		if !strings.Contains(progress.String(), want) {
+			t.Errorf("the progress does not say %q", want)
+		}
+	}
+	out, code := run(t, tag, "/bin/sh", "-c", `stat -c '%u:%g %a %n' /etc /usr/bin/passwd /etc/shadow /workspace; id -u sandbox; python3 -c 'print(6*7)'`)
+	want := "0:0 755 /etc\n0:0 4755 /usr/bin/passwd\n0:42 640 /etc/shadow\n1000:1000 755 /workspace\n1000\n42\n"
+	if code != 0 || out != want {
+		t.Errorf("image built as uid %d: exit %d\n%s\nwant\n%s", os.Getuid(), code, out, want)
 	}
 }

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Builds a Python sandbox image: a minimal Debian bookworm root file system
-# made with debootstrap (no container registry is needed, only the Debian
+# made with mmdebstrap (no container registry is needed, only the Debian
 # mirror, or $DEBIAN_MIRROR), holding the given Debian packages, imported
 # into the local Docker engine as TAG, with the label LABEL=VALUE if given.
 #
 # Usage: build.sh TAG PACKAGES [LABEL=VALUE]
-#        (as root; needs debootstrap and a reachable engine)
+#        (needs mmdebstrap and a reachable engine; as root, or as a user
+#        with subordinate ids in /etc/subuid and /etc/subgid and newuidmap
+#        from the uidmap package: mmdebstrap then builds in a user
+#        namespace, with no privilege on the host)
 #
 # The images package runs this script (its recipes python and python-slim
 # differ in PACKAGES) and names TAG after a hash of this file and the
@@ -22,59 +25,62 @@ LABEL=${3:-}
 SUITE=bookworm
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
-if ! command -v debootstrap >/dev/null 2>&1; then
-	echo "debootstrap is not installed: apt-get install debootstrap" >&2
+if ! command -v mmdebstrap >/dev/null 2>&1; then
+	echo "mmdebstrap is not installed: apt-get install mmdebstrap uidmap" >&2
 	exit 1
 fi
-
-ROOTFS=$(mktemp -d "${TMPDIR:-/tmp}/agentsandbox-python-rootfs.XXXXXX")
-
-# cleanup removes the root file system, first unmounting anything debootstrap
-# may have left mounted inside it (proc, sys) if it was interrupted, so that
-# rm never descends into a host pseudo file system.
-cleanup() {
-	local m
-	if [[ -d "$ROOTFS" ]]; then
-		# Deepest mount points first.
-		while read -r m; do
-			umount -l "$m" 2>/dev/null || true
-		done < <(awk -v root="$ROOTFS/" 'index($2, root) == 1 { print $2 }' /proc/mounts | sort -r)
-		rm -rf --one-file-system "$ROOTFS"
+MODE=root
+if [[ $(id -u) != 0 ]]; then
+	MODE=unshare
+	user=$(id -un)
+	for f in /etc/subuid /etc/subgid; do
+		if ! grep -qE "^($user|$(id -u)):" "$f" 2>/dev/null; then
+			echo "building as $user (not root) needs subordinate ids for $user in $f:" \
+				"as root, usermod --add-subuids 100000-165535 --add-subgids 100000-165535 $user" >&2
+			exit 1
+		fi
+	done
+	if ! command -v newuidmap >/dev/null 2>&1; then
+		echo "building as $user (not root) needs newuidmap: apt-get install uidmap" >&2
+		exit 1
 	fi
-}
-trap cleanup EXIT
+fi
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/agentsandbox-python.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
 # Turn SIGTERM/SIGINT (a cancelled build) into an ordinary exit so that the
 # EXIT trap runs.
 trap 'exit 143' TERM
 trap 'exit 130' INT
 
 step() { echo "==> images: $* ($(date +%T))"; }
-step "debootstrap: downloading and unpacking Debian $SUITE with $PACKAGES from $MIRROR (each package is named as it comes)"
-debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOTFS" "$MIRROR"
+step "mmdebstrap ($MODE mode): downloading and unpacking Debian $SUITE with $PACKAGES from $MIRROR (each package is named as it comes)"
+# As debootstrap does: no recommended packages, and /usr merged by a hook
+# (usr-is-merged) rather than the usrmerge package, which pulls in perl.
+# In the hooks, "$1" is the new root file system. The same unprivileged
+# user as the busybox image: sandbox, uid and gid 1000, home /workspace (so
+# HOME is set when code runs as 1000:1000). Then shrink: package caches
+# and lists, documentation, logs. (/dev holds what mmdebstrap puts there;
+# the engine mounts its own /dev over it in every container.)
+set +e
+mmdebstrap --mode="$MODE" --variant=minbase --include="$PACKAGES" --verbose \
+	--aptopt='APT::Install-Recommends "false"' --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+	--customize-hook='chroot "$1" groupadd -g 1000 sandbox' \
+	--customize-hook='chroot "$1" useradd -u 1000 -g 1000 -d /workspace -M -s /bin/sh sandbox' \
+	--customize-hook='install -d -m 0755 -o 1000 -g 1000 "$1/workspace"' \
+	--customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/* "$1"/var/cache/debconf/*-old "$1"/var/log/* "$1"/usr/share/doc/* "$1"/usr/share/man/* "$1"/usr/share/info/* "$1"/usr/share/locale/*' \
+	"$SUITE" "$WORK/rootfs.tar" "$MIRROR" 2>&1 |
+	tee "$WORK/mmdebstrap.log" | grep --line-buffered -E '^(I:|E:|W:|Get:|Err:)'
+status=${PIPESTATUS[0]}
+set -e
+if [[ $status != 0 || ! -s "$WORK/rootfs.tar" ]]; then
+	echo "mmdebstrap failed (exit $status); the end of its output:" >&2
+	tail -n 40 "$WORK/mmdebstrap.log" >&2
+	exit 1
+fi
 
-step "adding the sandbox user (uid 1000, home /workspace)"
-# The same unprivileged user as the busybox image: sandbox, uid and gid 1000,
-# home /workspace (so HOME is set when code runs as 1000:1000).
-chroot "$ROOTFS" groupadd -g 1000 sandbox
-chroot "$ROOTFS" useradd -u 1000 -g 1000 -d /workspace -M -s /bin/sh sandbox
-install -d -m 0755 -o 1000 -g 1000 "$ROOTFS/workspace"
-
-step "removing package caches, documentation and logs"
-# Shrink: package caches and lists, documentation, logs, and device nodes
-# (the engine mounts its own /dev in every container).
-rm -rf \
-	"$ROOTFS"/var/cache/apt/* \
-	"$ROOTFS"/var/lib/apt/lists/* \
-	"$ROOTFS"/var/cache/debconf/*-old \
-	"$ROOTFS"/var/log/* \
-	"$ROOTFS"/usr/share/doc/* \
-	"$ROOTFS"/usr/share/man/* \
-	"$ROOTFS"/usr/share/info/* \
-	"$ROOTFS"/usr/share/locale/* \
-	"$ROOTFS"/dev/*
-
-step "importing $(du -sh --apparent-size "$ROOTFS" | cut -f1) into the engine as $TAG"
+step "importing $(du -h --apparent-size "$WORK/rootfs.tar" | cut -f1) into the engine as $TAG"
 changes=(--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 	--change 'ENV LANG=C.UTF-8' --change 'ENV MPLBACKEND=Agg')
 if [[ -n "$LABEL" ]]; then changes+=(--change "LABEL $LABEL"); fi
-tar -C "$ROOTFS" --numeric-owner -c . | docker import "${changes[@]}" - "$TAG"
+docker import "${changes[@]}" - "$TAG" <"$WORK/rootfs.tar"
