@@ -110,6 +110,8 @@ func (p *ProcessState) TimedOut() bool { return errors.Is(p.killCause, context.D
 // context ended (TimedOut, or cancelled).
 func (p *ProcessState) Killed() bool { return p.killCause != nil }
 
+// String describes how the command ended and after how long:
+// "exit status 1 after 2ms", or the kill and its cause.
 func (p *ProcessState) String() string {
 	switch {
 	case p.TimedOut():
@@ -137,6 +139,8 @@ type ExitError struct {
 	cause error // context error when the library killed the command
 }
 
+// Error says how the command ended and why, if the library or the OOM
+// killer ended it.
 func (e *ExitError) Error() string {
 	switch {
 	case e.cause != nil:
