@@ -218,7 +218,20 @@ func imageExists(ctx context.Context, cli *client.Client, ref string) (bool, err
 // is done. The returned function releases the lock.
 func lock(ctx context.Context, name, tag string, log io.Writer) (func(), error) {
 	path := filepath.Join(os.TempDir(), "agentsandbox-image-"+name+".lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
+	// Every user locks the same file: it is opened read-only (all flock
+	// needs), and made readable by all by whoever comes first. Opening it
+	// with O_CREAT when another user made it would fail in a sticky /tmp
+	// (fs.protected_regular), so it is created only where it is missing.
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		f, err = os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+		if errors.Is(err, fs.ErrExist) {
+			f, err = os.Open(path)
+		}
+		if err == nil {
+			f.Chmod(0o444) // whatever the umask
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("images: opening lock file: %w", err)
 	}

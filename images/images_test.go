@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -245,5 +246,48 @@ func TestBuildDebianAnyUser(t *testing.T) {
 	want := "0:0 755 /etc\n0:0 4755 /usr/bin/passwd\n0:42 640 /etc/shadow\n1000:1000 755 /workspace\n1000\n42\n"
 	if code != 0 || out != want {
 		t.Errorf("image built as uid %d: exit %d\n%s\nwant\n%s", os.Getuid(), code, out, want)
+	}
+}
+
+// The build lock works for every user: a lock file another user made
+// (read-only to this one) is locked, and a second taker waits for the
+// first, saying so. CI runs this as root and as a docker-group user, the
+// latter on the file root's runs made.
+func TestLockSharedFile(t *testing.T) {
+	if dir := os.Getenv("AGENTSANDBOX_LOCK_DIR"); dir != "" {
+		t.Setenv("TMPDIR", dir) // the directory another user's lock file is in
+	} else {
+		t.Setenv("TMPDIR", t.TempDir())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	unlock, err := lock(ctx, "locktest", "agentsandbox/locktest:1", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(os.TempDir(), "agentsandbox-image-locktest.lock"))
+	if err != nil || fi.Mode().Perm()&0o444 != 0o444 {
+		t.Errorf("lock file: %v, %v; want readable by all", fi.Mode(), err)
+	}
+	var said bytes.Buffer
+	got := make(chan error, 1)
+	go func() {
+		unlock2, err := lock(ctx, "locktest", "agentsandbox/locktest:1", &said)
+		if err == nil {
+			unlock2()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("a second lock was taken while the first was held: %v", err)
+	case <-time.After(3 * lockPoll):
+	}
+	unlock()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(said.String(), "waiting for another process") {
+		t.Errorf("the waiting taker said %q", said.String())
 	}
 }
