@@ -91,10 +91,10 @@ const tagPrefix = "agentsandbox/"
 const busyboxBinary = "/usr/bin/busybox"
 
 // pythonBuildMinutes is the rough duration of a python image build, printed
-// so that whoever waits knows what to expect. Measured on a 2-core machine:
-// 3m10s on an idle machine (about 1 min downloading, 2 min unpacking and
-// configuring, 20 s importing), up to 8 min while other work competes.
-const pythonBuildMinutes = 4
+// so that whoever waits knows what to expect. Measured with mmdebstrap on a
+// 2-core machine: PythonSlim 40 s to 90 s, Python 4m49s while a test suite
+// ran beside it (most of it unpacking and configuring; importing ~20 s).
+const pythonBuildMinutes = 5
 
 // lockPoll is how often a process waiting for another one's build retries
 // the file lock.
@@ -149,7 +149,7 @@ func Ensure(ctx context.Context, recipe Recipe, progress io.Writer) (string, err
 		fmt.Fprintf(log, "images: building %s from the host's busybox-static (a few seconds)...\n", tag)
 		err = buildBusybox(ctx, cli, r.dir, tag, log)
 	} else {
-		fmt.Fprintf(log, "images: building %s with mmdebstrap from Debian packages %s (up to %d minutes)...\n",
+		fmt.Fprintf(log, "images: building %s with mmdebstrap from Debian packages %s (a few minutes, up to about %d)...\n",
 			tag, r.packages, pythonBuildMinutes)
 		err = buildDebian(ctx, r.dir, r.packages, recipe, tag, log)
 	}
