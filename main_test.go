@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // Images used by the tests: busyboxImage is tiny and starts fast; pythonImage
@@ -34,18 +35,7 @@ func newPython(t testing.TB, opts ...sandbox.Option) *sandbox.Sandbox {
 
 func newSandboxImage(t testing.TB, img string, opts ...sandbox.Option) *sandbox.Sandbox {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	sb, err := sandbox.New(ctx, append([]sandbox.Option{sandbox.WithImage(img)}, opts...)...)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := sb.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return sb
+	return sandboxtest.New(t, append([]sandbox.Option{sandbox.WithImage(img)}, opts...)...)
 }
 
 // testCtx returns a context bounded by a generous deadline for one test.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 	"github.com/agentsandbox/sandbox/tools"
 )
 
@@ -23,18 +24,7 @@ func TestMain(m *testing.M) {
 // newSandbox returns a sandbox of img closed at the end of the test.
 func newSandbox(t testing.TB, img string, opts ...sandbox.Option) *sandbox.Sandbox {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	sb, err := sandbox.New(ctx, append([]sandbox.Option{sandbox.WithImage(img)}, opts...)...)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := sb.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return sb
+	return sandboxtest.New(t, append([]sandbox.Option{sandbox.WithImage(img)}, opts...)...)
 }
 
 // newSet returns the tools of a new busybox sandbox.
