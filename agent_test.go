@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentsandbox/sandbox"
 )
@@ -26,7 +27,7 @@ done
 ( : >/proc/1/fd/0 ) 2>/dev/null && echo "opened the agent's stdin for writing"
 echo done`
 	const signals = `
-for s in STOP KILL TERM INT QUIT HUP USR1 USR2 PIPE ALRM TSTP; do
+for s in STOP KILL TERM INT QUIT HUP USR1 USR2 PIPE ALRM TSTP SEGV ABRT TRAP ILL SYS BUS FPE XCPU VTALRM PROF PWR; do
 	kill -$s 1 2>/dev/null && echo "sent $s"
 done
 # Every thread too: those that run file operations take on the sandbox
@@ -153,5 +154,56 @@ func cancelBeside(t *testing.T, sb *sandbox.Sandbox, c *sandbox.Cmd) {
 	execWant(t, sb, "pkill -f 'sleep 200[2]'; true", 0)
 	if err := c.Wait(); err != nil {
 		t.Logf("the command beside: %v", err)
+	}
+}
+
+// A process whose main thread has called exit(2) while another thread
+// runs on shows state Z (its leader is a zombie) but is alive: the kill
+// takes it too, whether it is a child of the command's shell or the
+// command itself, and an interpreter whose driver does this is killed and
+// restarted at its timeout. Afterwards no thread of it writes anymore.
+func TestAgentKillZombieLeader(t *testing.T) {
+	t.Parallel()
+	sb := newPython(t, sandbox.WithLimits(sandbox.Limits{ExecTimeout: 3 * time.Second}))
+	const z = `import ctypes, os, sys, threading, time
+def beat():
+    while True:
+        with open("/tmp/z.beat", "w") as f:
+            f.write(repr(time.monotonic()))
+        time.sleep(0.02)
+threading.Thread(target=beat).start()
+time.sleep(0.1)
+ctypes.CDLL(None).syscall(60, 0)  # SYS_exit: the main thread only
+`
+	if err := sb.WriteFile(testCtx(t), "z.py", []byte(z), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stopped := func(what string) {
+		t.Helper()
+		r := execWant(t, sb, "a=$(cat /tmp/z.beat); sleep 0.3; b=$(cat /tmp/z.beat); [ \"$a\" = \"$b\" ] && echo still; ps -eo stat,args | grep '[p]ython3 z.py'; true", 0)
+		if r.Stdout != "still\n" {
+			t.Errorf("%s: a thread of z.py still runs after the kill: %q", what, r.Stdout)
+		}
+	}
+	for _, script := range []string{"python3 z.py; sleep 1000", "exec python3 z.py"} {
+		r, err := sb.Exec(testCtx(t), script)
+		if err != nil {
+			t.Fatalf("Exec(%q): %v", script, err)
+		}
+		t.Logf("Exec(%q) returned after %v", script, r.Duration)
+		if !r.TimedOut || r.ExitCode != 137 {
+			t.Errorf("Exec(%q): %+v; want timed out, 137", script, r)
+		}
+		stopped(script)
+	}
+	py := newInterp(t, sb, "python")
+	run(t, py, "kept = 1")
+	ex := run(t, py, "exec(open('z.py').read())")
+	if !ex.StateLost || !ex.TimedOut || ex.Error == nil || ex.Error.Name != "TimeoutError" {
+		t.Errorf("a run whose main thread exits: %+v %+v; want state lost, timed out", ex, ex.Error)
+	}
+	stopped("Interpreter.Run")
+	if got := plain(t, run(t, py, "6 * 7")); got != "42" {
+		t.Errorf("after the restart: %q", got)
 	}
 }

@@ -55,14 +55,15 @@ func main() {
 	signal.Ignore(syscall.SIGXFSZ)
 	// As PID 1 of the container's PID namespace, the agent gets from inside
 	// only the signals it handles; SIGKILL and SIGSTOP never reach it. Go
-	// handles the others by exiting, so a command running as root could
-	// end the sandbox with SIGTERM: take them all and drop them. (Handled,
-	// not ignored: what the agent starts gets them at their defaults.)
+	// handles the others by exiting (or, for the synchronous ones such as
+	// SIGSEGV, by crashing when they come from kill), so a command running
+	// as root could end the sandbox with kill -TERM 1 or kill -SEGV 1:
+	// take them all and drop them. A signal Go relays to a channel is one
+	// sent by a process; a real fault of the agent's own still crashes it.
+	// (Handled, not ignored: what the agent starts gets them at their
+	// defaults.)
 	drop := make(chan os.Signal, 16)
-	signal.Notify(drop, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM,
-		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTSTP,
-		syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGIO,
-		syscall.SIGPWR, syscall.SIGWINCH, syscall.SIGCONT, syscall.SIGURG, syscall.SIGSTKFLT)
+	signal.Notify(drop, droppedSignals...)
 	go func() {
 		for range drop {
 		}
@@ -85,6 +86,20 @@ func main() {
 	}
 	a.serve(os.Stdin) // returns when stdin ends
 	os.Exit(0)
+}
+
+// droppedSignals are the signals a process in the sandbox could send the
+// agent that would otherwise end it: every standard signal but SIGKILL and
+// SIGSTOP (which cannot reach a PID namespace's init from inside),
+// SIGCHLD (the reaper's) and SIGXFSZ (ignored). Real-time signals are
+// ignored by Go unless asked for.
+var droppedSignals = []os.Signal{
+	syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGILL, syscall.SIGTRAP,
+	syscall.SIGABRT, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGUSR1, syscall.SIGSEGV,
+	syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTERM, syscall.SIGSTKFLT,
+	syscall.SIGCONT, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGURG,
+	syscall.SIGXCPU, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGWINCH, syscall.SIGIO,
+	syscall.SIGPWR, syscall.SIGSYS,
 }
 
 // harden makes the agent untouchable from the sandbox: not dumpable (its

@@ -139,8 +139,8 @@ func killTag(tag uint32, self int) (killed, rounds int) {
 			if !ok {
 				continue
 			}
-			state, groups := statusFields(st)
-			if state == 'Z' || !hasGroup(groups, want) {
+			f := statusFields(st)
+			if f.gone() || !hasGroup(f.groups, want) {
 				continue
 			}
 			if syscall.Kill(pid, syscall.SIGKILL) == nil {
@@ -187,22 +187,38 @@ func readStatus(pid int, buf []byte) ([]byte, bool) {
 	return buf[:n], true
 }
 
-// statusFields returns the state letter and the Groups value of a
-// /proc/PID/status text. The last line of each name is used: the kernel
-// escapes the one field a process controls (Name), but a forged line
-// could only come before the real one anyway.
-func statusFields(st []byte) (state byte, groups []byte) {
+// status is what the kill reads of /proc/PID/status.
+type status struct {
+	state   byte   // R, S, D, T, Z...
+	threads int    // threads still in the process
+	groups  []byte // supplementary groups, space-separated
+}
+
+// gone reports a process with no thread left to run: a zombie waiting to
+// be reaped. Its leader alone being a zombie is not enough: a main thread
+// that called exit(2) shows state Z while the process's other threads run
+// on, and those must be killed.
+func (s status) gone() bool { return s.state == 'Z' && s.threads <= 1 }
+
+// statusFields reads the fields of a /proc/PID/status text that the kill
+// needs. The last line of each name is used: the kernel escapes the one
+// field a process controls (Name), but a forged line could only come
+// before the real one anyway.
+func statusFields(st []byte) status {
+	var s status
 	for line := range bytes.SplitSeq(st, []byte("\n")) {
 		if v, ok := bytes.CutPrefix(line, []byte("State:")); ok {
 			v = bytes.TrimSpace(v)
 			if len(v) > 0 {
-				state = v[0]
+				s.state = v[0]
 			}
+		} else if v, ok := bytes.CutPrefix(line, []byte("Threads:")); ok {
+			s.threads, _ = strconv.Atoi(string(bytes.TrimSpace(v)))
 		} else if v, ok := bytes.CutPrefix(line, []byte("Groups:")); ok {
-			groups = v
+			s.groups = v
 		}
 	}
-	return state, groups
+	return s
 }
 
 // hasGroup reports whether the space-separated list groups holds want.

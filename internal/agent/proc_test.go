@@ -6,19 +6,37 @@ import "testing"
 
 func TestStatusFields(t *testing.T) {
 	st := []byte("Name:\tx\\nGroups:\\t7\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t12\n" +
-		"Uid:\t1000\t1000\t1000\t1000\nGroups:\t1000 1900000003 \nNSpid:\t12\n")
-	state, groups := statusFields(st)
-	if state != 'S' || string(groups) != "\t1000 1900000003 " {
-		t.Errorf("statusFields = %q, %q", state, groups)
+		"Uid:\t1000\t1000\t1000\t1000\nThreads:\t3\nGroups:\t1000 1900000003 \nNSpid:\t12\n")
+	f := statusFields(st)
+	if f.state != 'S' || f.threads != 3 || string(f.groups) != "\t1000 1900000003 " {
+		t.Errorf("statusFields = %q, %d, %q", f.state, f.threads, f.groups)
 	}
-	if !hasGroup(groups, []byte("1900000003")) || hasGroup(groups, []byte("190000000")) || hasGroup(groups, []byte("7")) {
+	if !hasGroup(f.groups, []byte("1900000003")) || hasGroup(f.groups, []byte("190000000")) || hasGroup(f.groups, []byte("7")) {
 		t.Error("hasGroup matched wrongly")
 	}
 	// A forged line in the name (were the kernel not to escape it) comes
 	// before the real one; the real one wins.
 	forged := []byte("Name:\tx\nState:\tZ\nGroups:\t5\nState:\tR (running)\nGroups:\t1000\n")
-	if state, groups := statusFields(forged); state != 'R' || hasGroup(groups, []byte("5")) {
-		t.Errorf("forged lines won: %q, %q", state, groups)
+	if f := statusFields(forged); f.state != 'R' || hasGroup(f.groups, []byte("5")) {
+		t.Errorf("forged lines won: %q, %q", f.state, f.groups)
+	}
+}
+
+// A zombie is gone only when no thread of it is left: a leader that
+// called exit(2) beside running threads shows Z and must still be killed.
+func TestStatusGone(t *testing.T) {
+	for _, c := range []struct {
+		st   string
+		gone bool
+	}{
+		{"State:\tZ (zombie)\nThreads:\t1\n", true},
+		{"State:\tZ (zombie)\nThreads:\t2\n", false},
+		{"State:\tS (sleeping)\nThreads:\t1\n", false},
+		{"State:\tR (running)\nThreads:\t0\n", false},
+	} {
+		if got := statusFields([]byte(c.st)).gone(); got != c.gone {
+			t.Errorf("%q: gone = %v, want %v", c.st, got, c.gone)
+		}
 	}
 }
 
