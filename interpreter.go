@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -54,14 +53,17 @@ type Execution struct {
 	// trailing expression, every object passed to display(), every
 	// matplotlib figure the code made or showed. One object may give
 	// several Outputs, one per MIME type (a pandas DataFrame gives
-	// text/html and text/plain), richest first. Their data adds up to at
-	// most 4 × Limits.OutputBytes. Shell interpreters have none.
+	// text/html and text/plain), richest first. Everything the host keeps
+	// of them — MIME names and data, and 64 bytes for each — adds up to at
+	// most 4 × Limits.OutputBytes, and there are at most 1000. Shell
+	// interpreters have none.
 	Outputs []Output
 	// Error is the exception the code raised (Python) or its non-zero
 	// exit status (shells); nil when the run succeeded.
 	Error *CodeError
-	// Truncated reports that output or Outputs beyond the bounds were
-	// dropped.
+	// Truncated reports that output or Outputs were dropped: beyond the
+	// bounds, or malformed (a MIME type that is not "type/subtype", data
+	// that does not decode).
 	Truncated bool
 	// TimedOut reports that the run was stopped at Limits.ExecTimeout or
 	// its context's deadline.
@@ -198,7 +200,7 @@ func (in *Interpreter) start(ctx context.Context) error {
 	c := s.Command(pctx, in.argv[0], in.argv[1:]...)
 	c.noTimeout, c.quiet = true, true
 	p := &interpProc{
-		cmd: c, cancel: cancel, events: make(chan interpEvent, 16),
+		cmd: c, cancel: cancel, events: make(chan interpEvent, 4),
 		quit: make(chan struct{}), done: make(chan struct{}), errOut: newCapture(4 << 10),
 	}
 	stdin, err := c.StdinPipe()
@@ -312,24 +314,7 @@ func (p *interpProc) send(ev interpEvent) bool {
 // readMessages reads the Python driver's lines. A line longer than limit
 // is dropped (and reported) without being held whole.
 func (p *interpProc) readMessages(r io.Reader, limit int) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	var line []byte
-	tooBig := false
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if !tooBig {
-			line = append(line, chunk...)
-			if len(line) > limit {
-				tooBig, line = true, nil
-			}
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		if err != nil {
-			io.Copy(io.Discard, r)
-			return
-		}
+	interp.ReadLines(r, limit, func(line []byte, tooBig bool) bool {
 		ev := interpEvent{tooBig: tooBig}
 		if !tooBig {
 			if m, err := interp.Decode(line); err == nil {
@@ -338,15 +323,9 @@ func (p *interpProc) readMessages(r io.Reader, limit int) {
 				ev.tooBig = true // garbage: counted as dropped
 			}
 		}
-		if !p.send(ev) {
-			io.Copy(io.Discard, r)
-			return
-		}
-		line, tooBig = line[:0], false
-		if cap(line) > 1<<20 {
-			line = nil
-		}
-	}
+		return p.send(ev)
+	})
+	io.Copy(io.Discard, r)
 }
 
 // readStream reads a shell's output stream.
@@ -445,6 +424,7 @@ func (in *Interpreter) run(ctx context.Context, code string, internal bool) (*Ex
 	if limit >= 0 {
 		outLimit = 4 * limit
 	}
+	outputs := interp.NewOutputs(outLimit)
 	var sinks [3]io.Writer
 	sinks[1], sinks[2] = io.Writer(stdout), io.Writer(stderr)
 	if !internal {
@@ -457,14 +437,17 @@ func (in *Interpreter) run(ctx context.Context, code string, internal bool) (*Ex
 	}
 
 	// The request.
+	// The run's own random ID: the driver tags its messages with it, and
+	// messages of another run (late, or forged by code writing to the
+	// driver's descriptor) are dropped.
+	var b [12]byte
+	rand.Read(b[:])
+	nonce := "as" + hex.EncodeToString(b[:])
 	var markers [3]*interp.Marker
 	var req []byte
 	if in.python() {
-		req = pythonRequest(code)
+		req = pythonRequest("run", nonce, code)
 	} else {
-		var b [12]byte
-		rand.Read(b[:])
-		nonce := "as" + hex.EncodeToString(b[:])
 		for i := 1; i <= 2; i++ {
 			markers[i] = interp.NewMarker(nonce, func(b []byte) { sinks[i].Write(b) })
 			if len(p.rest[i]) > 0 { // background output after the last run
@@ -498,14 +481,13 @@ func (in *Interpreter) run(ctx context.Context, code string, internal bool) (*Ex
 		cause = why
 		ex.TimedOut = !errors.Is(why, context.Canceled)
 		if in.python() {
-			go p.stdin.Write([]byte("{\"t\":\"interrupt\"}\n")) // fails once the process ends
+			go p.stdin.Write(pythonRequest("interrupt", nonce, "")) // fails once the process ends
 			grace = time.After(interruptGrace)
 			return
 		}
 		grace = closedTime
 	}
 	ctxDone := ctx.Done()
-	var outBytes int64
 	finished := false
 	for !finished {
 		select {
@@ -519,26 +501,20 @@ func (in *Interpreter) run(ctx context.Context, code string, internal bool) (*Ex
 			switch {
 			case ev.tooBig:
 				ex.Truncated = true
-			case ev.msg != nil:
+			case ev.msg != nil && ev.msg.ID == nonce:
 				m := ev.msg
 				switch m.T {
 				case "out":
 					sinks[m.S].Write(m.B)
 				case "display":
-					for _, o := range displayOutputs(m.Data) {
-						if outLimit >= 0 && outBytes+int64(len(o.Data)) > outLimit {
-							ex.Truncated = true
-							continue
-						}
-						outBytes += int64(len(o.Data))
-						ex.Outputs = append(ex.Outputs, o)
-					}
+					outputs.Add(m.Data)
 				case "done":
 					if m.Error != nil {
 						ex.Error = &CodeError{Name: m.Error.Name, Value: m.Error.Value, Traceback: m.Error.Traceback}
 					}
 					finished = true
 				}
+			case ev.msg != nil: // another run's, or forged
 			default:
 				markers[ev.stream].Write(ev.data)
 				st1, ok1 := markers[1].Done()
@@ -593,7 +569,10 @@ func (in *Interpreter) run(ctx context.Context, code string, internal bool) (*Ex
 		}
 	}
 	ex.Stdout, ex.Stderr = stdout.String(), stderr.String()
-	ex.Truncated = ex.Truncated || stdout.truncated || stderr.truncated
+	for _, o := range outputs.List {
+		ex.Outputs = append(ex.Outputs, Output(o))
+	}
+	ex.Truncated = ex.Truncated || outputs.Truncated || stdout.truncated || stderr.truncated
 	ex.Duration = time.Since(start)
 	if ex.TimedOut && ex.Error == nil {
 		ex.Error = &CodeError{Name: "TimeoutError", Value: "the run was stopped at its timeout"}
@@ -611,29 +590,11 @@ var closedTime = func() <-chan time.Time {
 	return c
 }()
 
-// pythonRequest is the driver's request to run code.
-func pythonRequest(code string) []byte {
-	b, _ := json.Marshal(map[string]string{"t": "run", "code": code})
+// pythonRequest is a request to the driver: t "run" (code) or
+// "interrupt", for the run id.
+func pythonRequest(t, id, code string) []byte {
+	b, _ := json.Marshal(map[string]string{"t": t, "id": id, "code": code})
 	return append(b, '\n')
-}
-
-// displayOutputs turns one display's data into Outputs, richest first.
-func displayOutputs(data map[string]string) []Output {
-	var out []Output
-	for mime, d := range data {
-		b, err := interp.DecodeData(mime, d)
-		if err != nil {
-			continue
-		}
-		out = append(out, Output{MIME: mime, Data: b})
-	}
-	slices.SortFunc(out, func(a, b Output) int {
-		if d := interp.MIMEOrder(a.MIME) - interp.MIMEOrder(b.MIME); d != 0 {
-			return d
-		}
-		return strings.Compare(a.MIME, b.MIME)
-	})
-	return out
 }
 
 // Close ends the interpreter's process and everything it started.

@@ -202,6 +202,73 @@ display('shown')`)
 	})
 }
 
+// TestInterpreterForgedMessages: code in a cell writes messages straight to
+// the driver's protocol descriptor (found through display's globals, as a
+// hostile cell would). With the default limits (1 MiB OutputBytes, so
+// lines of several MiB pass), display messages whose MIME names are 5 MiB
+// each keep nothing and leave the host's heap flat; thousands of tiny
+// displays keep at most 1000 outputs; a forged "done" without the run's ID
+// changes nothing; and one with the ID (read from the driver's frames:
+// code in the driver's process can lie about its own run) ends only that
+// run: the next Run gets its own result, not the shifted one.
+func TestInterpreterForgedMessages(t *testing.T) {
+	t.Parallel()
+	sb := newPython(t)
+	py := newInterp(t, sb, "python")
+	const find = "import os, sys, json\ng = display.__globals__\nfd, rid = g['_proto_fd'], g.get('_rid', '')\n"
+
+	t.Run("mimeNames", func(t *testing.T) {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		ex := run(t, py, find+`line = ('{"t":"display","id":"%s","data":{"%s":""}}\n' % (rid, 'x' * (5 << 20))).encode()
+for i in range(100):
+    os.write(fd, line)
+'end'`)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if got := plain(t, ex); got != "'end'" || len(ex.Outputs) != 1 || !ex.Truncated {
+			t.Errorf("500 MiB of MIME names: %d outputs, truncated %v", len(ex.Outputs), ex.Truncated)
+		}
+		grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+		t.Logf("500 MiB of MIME names: %d outputs, host heap %+.1f MiB", len(ex.Outputs), float64(grew)/(1<<20))
+		if grew > 32<<20 {
+			t.Errorf("host heap grew by %d MiB", grew>>20)
+		}
+	})
+
+	t.Run("count", func(t *testing.T) {
+		ex := run(t, py, find+`line = ('{"t":"display","id":"%s","data":{"a/b":""}}\n' % rid).encode()
+os.write(fd, line * 5000)`)
+		if len(ex.Outputs) != 1000 || !ex.Truncated {
+			t.Errorf("5000 displays: %d outputs kept, truncated %v; want 1000, true", len(ex.Outputs), ex.Truncated)
+		}
+	})
+
+	t.Run("done", func(t *testing.T) {
+		ex := run(t, py, find+`os.write(fd, b'{"t":"done","error":null}\n{"t":"done","id":"x","error":null}\n')
+import time
+time.sleep(0.5)
+raise ValueError("real")`)
+		if ex.Error == nil || ex.Error.Name != "ValueError" || ex.Error.Value != "real" {
+			t.Fatalf("forged done without the run's ID: %+v", ex.Error)
+		}
+		ex = run(t, py, find+`os.write(fd, ('{"t":"done","id":"%s","error":null}\n' % rid).encode())
+import time
+time.sleep(1)
+raise ValueError("late")`)
+		if ex.Error != nil {
+			t.Logf("a forged done with the ID was not taken: %+v", ex.Error)
+		}
+		for i := range 3 {
+			ex = run(t, py, strconv.Itoa(i)+" * 7")
+			if ex.Error != nil || plain(t, ex) != strconv.Itoa(i*7) {
+				t.Fatalf("run %d after the forged done: %+v, %+v; want its own value", i, ex.Error, ex.Outputs)
+			}
+		}
+	})
+}
+
 // TestInterpreterHostile: timeouts keep state when the code stops at the
 // interrupt; code that ignores it is killed with its children and the
 // interpreter restarts; memory bombs and output floods are bounded.

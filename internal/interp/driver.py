@@ -3,15 +3,18 @@
 # stdlib-only and runs on any python3 >= 3.8.
 #
 # Protocol: one JSON object per line both ways. Requests on stdin:
-#   {"t": "run", "code": "..."}   run a cell
-#   {"t": "interrupt"}            raise KeyboardInterrupt in a running cell
+#   {"t": "run", "id": ID, "code": "..."}   run a cell
+#   {"t": "interrupt", "id": ID}            raise KeyboardInterrupt in cell ID
 # Messages on the original stdout (kept on a private descriptor; the user's
 # descriptors 1 and 2 are pipes the driver reads, so whatever user code
 # prints, even byte-for-byte copies of these messages, is data):
 #   {"t": "ready", "python": "3.11.2"}
-#   {"t": "out", "s": 1 or 2, "b": base64}   output of the running cell
-#   {"t": "display", "data": {mime: str or base64 for images}}
-#   {"t": "done", "error": null or {"name", "value", "traceback"}}
+#   {"t": "out", "id": ID, "s": 1 or 2, "b": base64}   output of cell ID
+#   {"t": "display", "id": ID, "data": {mime: str or base64 for images}}
+#   {"t": "done", "id": ID, "error": null or {"name", "value", "traceback"}}
+# ID is the host's random name for one run: it drops messages of any other
+# run, so a message that comes late, or that code wrote to the driver's
+# descriptor itself, is never taken for the result of the run after it.
 import ast
 import base64
 import builtins
@@ -30,6 +33,7 @@ import types
 _proto_fd = os.dup(1)
 _req_fd = os.dup(0)
 _lock = threading.Lock()
+_rid = ""  # the run under way (or the last one)
 
 
 def _send(msg):
@@ -74,13 +78,13 @@ def _forward(fd):
             if i < 0:
                 break
             if i:
-                _send({"t": "out", "s": fd, "b": base64.b64encode(data[:i]).decode()})
+                _send({"t": "out", "id": _rid, "s": fd, "b": base64.b64encode(data[:i]).decode()})
             data = data[i + len(_token):]
             _seen[fd].set()
         keep = len(_token) - 1
         out, held = (data[:-keep], data[-keep:]) if len(data) > keep else (b"", data)
         if out:
-            _send({"t": "out", "s": fd, "b": base64.b64encode(out).decode()})
+            _send({"t": "out", "id": _rid, "s": fd, "b": base64.b64encode(out).decode()})
 
 
 for _fd in (1, 2):
@@ -149,7 +153,7 @@ def display(*objs):
     """Show each object as a rich output of the running cell."""
     for obj in objs:
         _flush_cell_output()
-        _send({"t": "display", "data": _bundle(obj)})
+        _send({"t": "display", "id": _rid, "data": _bundle(obj)})
 
 
 def _flush_cell_output():
@@ -236,7 +240,7 @@ def _read_requests():
         except ValueError:
             continue
         if req.get("t") == "interrupt":
-            if _running:
+            if _running and req.get("id") == _rid:
                 signal.pthread_kill(_main_thread, signal.SIGINT)
             continue
         with _cond:
@@ -271,8 +275,9 @@ def _error(e):
 _cells = 0
 
 
-def _run(code):
-    global _running, _cells
+def _run(code, rid):
+    global _running, _cells, _rid
+    _rid = rid
     _cells += 1
     name = "<cell %d>" % _cells
     linecache.cache[name] = (len(code), None, code.splitlines(True), name)
@@ -300,7 +305,7 @@ def _run(code):
     finally:
         _running = False
     _flush_cell()
-    _send({"t": "done", "error": err})
+    _send({"t": "done", "id": rid, "error": err})
 
 
 def _main_loop():
@@ -315,7 +320,7 @@ def _main_loop():
             if req is None:
                 return
             if req.get("t") == "run":
-                _run(str(req.get("code", "")))
+                _run(str(req.get("code", "")), str(req.get("id", "")))
         except KeyboardInterrupt:  # an interrupt that came late
             continue
 

@@ -2,6 +2,7 @@ package interp
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 )
 
@@ -69,6 +70,45 @@ func FuzzMarker(f *testing.F) {
 		}
 		if len(m.Rest()) > maxRest {
 			t.Fatalf("rest %d bytes", len(m.Rest()))
+		}
+	})
+}
+
+// FuzzOutputs: whatever bytes a driver sends, the host keeps at most the
+// bound of its rich outputs — every byte of MIME names and data, and the
+// overhead of each output, counted — and at most MaxOutputs of them, and
+// never holds a line longer than the line limit.
+func FuzzOutputs(f *testing.F) {
+	for _, s := range []string{
+		`{"t":"display","id":"r","data":{"image/png":"iVBORw==","text/plain":"x"}}`,
+		`{"t":"display","id":"r","data":{"` + strings.Repeat("x", 300) + `":""}}`,
+		`{"t":"display","id":"r","data":{"text/plain":"` + strings.Repeat("y", 300) + `"}}` + "\n" + `{"t":"display","data":{"a/b":"","c/d":""}}`,
+		`{"t":"display","id":"r","data":{"image/png":"!!!"}}`,
+	} {
+		f.Add([]byte(s+"\n"), uint16(256))
+	}
+	f.Fuzz(func(t *testing.T, stream []byte, limit uint16) {
+		bound := int64(limit)
+		o := NewOutputs(bound)
+		lineLimit := int(bound)*2 + 64
+		ReadLines(bytes.NewReader(stream), lineLimit, func(line []byte, tooBig bool) bool {
+			if len(line) > lineLimit {
+				t.Fatalf("a line of %d bytes over the limit %d", len(line), lineLimit)
+			}
+			if m, err := Decode(line); err == nil && m.T == "display" {
+				o.Add(m.Data)
+			}
+			return true
+		})
+		var used int64
+		for _, out := range o.List {
+			if !ValidMIME(out.MIME) {
+				t.Fatalf("kept an invalid MIME type %q", out.MIME)
+			}
+			used += Cost(out)
+		}
+		if used != o.Used() || used > bound || len(o.List) > MaxOutputs {
+			t.Fatalf("kept %d outputs costing %d (counted %d), bound %d", len(o.List), used, o.Used(), bound)
 		}
 	})
 }

@@ -9,12 +9,15 @@
 package interp
 
 import (
+	"bufio"
 	"bytes"
 	_ "embed"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -27,6 +30,7 @@ var Driver string
 // Message is one line the Python driver sends.
 type Message struct {
 	T      string            `json:"t"`    // ready, out, display, done
+	ID     string            `json:"id"`   // out, display, done: the run it belongs to
 	S      int               `json:"s"`    // out: 1 stdout, 2 stderr
 	B      []byte            `json:"b"`    // out: the bytes
 	Data   map[string]string `json:"data"` // display: MIME type to data
@@ -88,6 +92,140 @@ func MIMEOrder(mime string) int {
 		return 100
 	}
 	return 50
+}
+
+// ValidMIME reports whether s is a media type name, "type/subtype", as
+// RFC 6838 spells them: each part 1 to 127 of the characters
+// A-Z a-z 0-9 ! # $ & - ^ _ . +, starting with a letter or digit.
+func ValidMIME(s string) bool {
+	typ, sub, ok := strings.Cut(s, "/")
+	return ok && restrictedName(typ) && restrictedName(sub)
+}
+
+func restrictedName(s string) bool {
+	if len(s) == 0 || len(s) > 127 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case i > 0 && strings.IndexByte("!#$&-^_.+", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// MaxOutputs is the most rich outputs one run keeps.
+const MaxOutputs = 1000
+
+// OutputOverhead is what each kept output costs against the bound besides
+// its MIME type and data: the host's own record of it.
+const OutputOverhead = 64
+
+// Output is one rich output: data of one MIME type.
+type Output struct {
+	MIME string
+	Data []byte
+}
+
+// Outputs collects one run's rich outputs within a bound: every byte the
+// host keeps of them — MIME names, data, and OutputOverhead for each —
+// counts, and no more than MaxOutputs are kept. What does not fit, and
+// data that is not of a valid MIME type or not decodable, is dropped and
+// sets Truncated.
+type Outputs struct {
+	List      []Output
+	Truncated bool
+	limit     int64 // < 0: no bound on bytes
+	used      int64
+}
+
+// NewOutputs returns an empty collection that keeps at most limit bytes
+// (no bound on bytes if limit < 0).
+func NewOutputs(limit int64) *Outputs { return &Outputs{limit: limit} }
+
+// Cost is what an output counts against the bound.
+func Cost(o Output) int64 { return int64(len(o.MIME)+len(o.Data)) + OutputOverhead }
+
+// Used returns how many bytes the kept outputs count.
+func (o *Outputs) Used() int64 { return o.used }
+
+// Add keeps the outputs of one display (MIME type to data, as the driver
+// sends it), richest first.
+func (o *Outputs) Add(data map[string]string) {
+	start := len(o.List)
+	for mime, d := range data {
+		if !ValidMIME(mime) || len(o.List) >= MaxOutputs {
+			o.Truncated = true
+			continue
+		}
+		// Checked before decoding (with the most the data can decode to),
+		// so that data over the bound is never copied.
+		size := len(d)
+		if Binary(mime) {
+			size = base64.StdEncoding.DecodedLen(len(d))
+		}
+		if o.limit >= 0 && o.used+int64(len(mime)+size)+OutputOverhead > o.limit {
+			o.Truncated = true
+			continue
+		}
+		b, err := DecodeData(mime, d)
+		if err != nil {
+			o.Truncated = true
+			continue
+		}
+		out := Output{MIME: mime, Data: b}
+		o.used += Cost(out)
+		o.List = append(o.List, out)
+	}
+	slices.SortFunc(o.List[start:], func(a, b Output) int {
+		if d := MIMEOrder(a.MIME) - MIMEOrder(b.MIME); d != 0 {
+			return d
+		}
+		return strings.Compare(a.MIME, b.MIME)
+	})
+}
+
+// ReadLines calls line with each newline-terminated line of r, without
+// its newline, until r ends or line returns false. A line longer than
+// limit bytes is never held whole: line gets nil and tooBig instead, once
+// it has ended. The slice passed is reused after line returns.
+func ReadLines(r io.Reader, limit int, line func(b []byte, tooBig bool) bool) error {
+	br := bufio.NewReaderSize(r, min(64<<10, limit+1))
+	var buf []byte
+	tooBig := false
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if !tooBig {
+			buf = append(buf, chunk...)
+			if len(buf) > limit+1 { // +1: the newline
+				tooBig, buf = true, nil
+			}
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+		var b []byte
+		if !tooBig {
+			b = buf[:len(buf)-1]
+		}
+		if !line(b, tooBig) {
+			return nil
+		}
+		buf, tooBig = buf[:0], false
+		if cap(buf) > 1<<20 {
+			buf = nil
+		}
+	}
 }
 
 // ShellRun returns what to write to a persistent POSIX shell's input to

@@ -129,3 +129,66 @@ func TestDecodeData(t *testing.T) {
 		t.Errorf("html: %q", b)
 	}
 }
+
+func TestValidMIME(t *testing.T) {
+	for s, want := range map[string]bool{
+		"text/plain": true, "image/svg+xml": true, "application/vnd.ms-excel": true, "a/b": true,
+		"": false, "text": false, "/plain": false, "text/": false, "text/plain/x": false,
+		"text/pl ain": false, "-x/y": false, "x/" + strings.Repeat("y", 127): true,
+		"x/" + strings.Repeat("y", 128): false, "tëxt/plain": false, "text/plain\n": false,
+	} {
+		if got := ValidMIME(s); got != want {
+			t.Errorf("ValidMIME(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// Every byte kept counts: long MIME names are refused, names and the
+// per-output overhead count against the bound, the count is capped, and
+// what does not fit is dropped with Truncated set.
+func TestOutputsBound(t *testing.T) {
+	o := NewOutputs(1000)
+	o.Add(map[string]string{strings.Repeat("x", 5<<20): ""})
+	if len(o.List) != 0 || !o.Truncated {
+		t.Fatalf("a 5 MiB MIME name: kept %d, truncated %v", len(o.List), o.Truncated)
+	}
+	o = NewOutputs(1000)
+	o.Add(map[string]string{"text/plain": strings.Repeat("a", 1000-OutputOverhead-len("text/plain"))})
+	if len(o.List) != 1 || o.Used() != 1000 || o.Truncated {
+		t.Fatalf("exactly the bound: kept %d, used %d, truncated %v", len(o.List), o.Used(), o.Truncated)
+	}
+	o.Add(map[string]string{"a/b": ""})
+	if len(o.List) != 1 || !o.Truncated {
+		t.Fatalf("one more empty output past the bound: kept %d", len(o.List))
+	}
+	o = NewOutputs(-1)
+	for range MaxOutputs + 10 {
+		o.Add(map[string]string{"a/b": ""})
+	}
+	if len(o.List) != MaxOutputs || !o.Truncated {
+		t.Fatalf("unbounded bytes: kept %d outputs, want %d", len(o.List), MaxOutputs)
+	}
+	o = NewOutputs(-1)
+	o.Add(map[string]string{"image/png": "not base64!", "text/plain": "x", "text/html": "<b>"})
+	if len(o.List) != 2 || o.List[0].MIME != "text/html" || o.List[1].MIME != "text/plain" || !o.Truncated {
+		t.Fatalf("bad base64 dropped, rest richest first: %+v", o.List)
+	}
+}
+
+// A line over the limit is reported, never held whole; lines around it
+// arrive intact.
+func TestReadLinesBound(t *testing.T) {
+	in := "short\n" + strings.Repeat("z", 1<<20) + "\nlast\ncut"
+	var got []string
+	err := ReadLines(strings.NewReader(in), 1000, func(b []byte, tooBig bool) bool {
+		if tooBig {
+			got = append(got, "TOO BIG")
+		} else {
+			got = append(got, string(b))
+		}
+		return true
+	})
+	if err != nil || strings.Join(got, "|") != "short|TOO BIG|last" {
+		t.Fatalf("lines %q, %v", got, err)
+	}
+}
