@@ -121,6 +121,45 @@ mkdir ro && printf x > ro/f && chmod 555 ro`)
 			t.Errorf("ro holds %q after the refused writes", out)
 		}
 	})
+
+	t.Run("agentProc", func(t *testing.T) {
+		// The agent's own /proc entries, which its threads could read
+		// whatever their identity, directly or through a planted link:
+		// refused as they are to commands. Other /proc files still read.
+		pid := strings.TrimSpace(ftExec(t, sb, "ln -s /proc/self/maps notes.txt && ln -s /proc/1 one && { sleep 300 >/dev/null 2>&1 & echo $!; }"))
+		for _, name := range []string{"/proc/self/maps", "/proc/1/maps", "/proc/thread-self/status", "/proc/self/status",
+			"/proc/1/task/1/maps", "notes.txt", "one/environ", "/proc/self/cmdline"} {
+			if data, err := sb.ReadFile(ctx, name); !errors.Is(err, fs.ErrPermission) {
+				t.Errorf("ReadFile(%q) = %q, %v; want a permission error", name, truncate(data), err)
+			}
+		}
+		for _, name := range []string{"/proc/1/fd", "/proc/self/map_files", "/proc/self", "/proc/thread-self/fd", "one/task"} {
+			if ents, err := sb.ReadDir(ctx, name); !errors.Is(err, fs.ErrPermission) {
+				t.Errorf("ReadDir(%q) = %d entries, %v; want a permission error", name, len(ents), err)
+			}
+		}
+		if _, err := sb.Stat(ctx, "/proc/1/fd/0"); !errors.Is(err, fs.ErrPermission) && !errors.Is(err, syscall.ELOOP) {
+			t.Errorf("Stat(/proc/1/fd/0): %v; want a permission error or ELOOP", err)
+		}
+		if err := sb.CopyOut(ctx, "/proc/1", t.TempDir()); !errors.Is(err, fs.ErrPermission) {
+			t.Errorf("CopyOut(/proc/1): %v; want a permission error", err)
+		}
+		if data, err := sb.ReadFile(ctx, "/proc/meminfo"); err != nil || !strings.Contains(string(data), "MemTotal") {
+			t.Errorf("ReadFile(/proc/meminfo) = %q, %v", truncate(data), err)
+		}
+		if data, err := sb.ReadFile(ctx, "/proc/"+pid+"/status"); err != nil || !strings.Contains(string(data), "sleep") {
+			t.Errorf("ReadFile(/proc/%s/status) of a command = %q, %v", pid, truncate(data), err)
+		}
+		ftExec(t, sb, "kill "+pid)
+	})
+}
+
+// truncate shortens data for an error message.
+func truncate(b []byte) string {
+	if len(b) > 80 {
+		return string(b[:80]) + "..."
+	}
+	return string(b)
 }
 
 // TestFilesConcurrent runs many file operations of one sandbox at once,

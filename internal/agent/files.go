@@ -13,6 +13,8 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -279,7 +281,7 @@ func (a *agent) openRegular(id ident, p string, flags int) (*os.File, unix.Stat_
 	var fd int
 	err := a.fs.as(id, func() error {
 		var err error
-		fd, err = openNoMagic(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC|flags)
+		fd, err = open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC|flags)
 		if err != nil {
 			return &fs.PathError{Op: "open", Path: p, Err: err}
 		}
@@ -305,19 +307,61 @@ func (a *agent) openRegular(id ident, p string, flags int) (*os.File, unix.Stat_
 	return os.NewFile(uintptr(fd), p), st, nil
 }
 
-// openNoMagic opens p without following a "magic" link of /proc on the
-// way (such as /proc/self/fd/0, which would be the agent's own stdin):
-// ELOOP if there is one. Without openat2 (before Linux 5.6, gVisor, a
-// seccomp profile that refuses it) it opens p plainly; the sandbox user's
-// identity still keeps the agent's own /proc entries (root's, not
-// dumpable) out of reach, unless that user is root.
-func openNoMagic(p string, flags int) (int, error) {
+// open opens p for a file operation, refusing what the sandbox user's own
+// commands could not reach but the agent's threads could:
+//
+//   - a "magic" link of /proc on the way (such as /proc/self/fd/0, which
+//     would be the agent's own stdin): ELOOP. Without openat2 (before
+//     Linux 5.6, gVisor, a seccomp profile that refuses it) p is opened
+//     plainly; the sandbox user's identity still keeps the agent's /proc
+//     entries behind the next check.
+//   - the agent's own entries of /proc (/proc/self, /proc/thread-self,
+//     /proc/1, its threads' /proc/TID, whatever link led there): EACCES,
+//     which is what a command gets for them. The kernel lets any thread
+//     read its own process's entries whatever its identity, so the
+//     worker threads would see the agent's memory map, file descriptors
+//     and status.
+func open(p string, flags int) (int, error) {
 	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_NO_MAGICLINKS})
 	if err == unix.ENOSYS || err == unix.EPERM { // no openat2, or a seccomp profile without it
-
-		return unix.Open(p, flags, 0)
+		fd, err = unix.Open(p, flags, 0)
 	}
-	return fd, err
+	if err != nil {
+		return -1, err
+	}
+	if ownProc(fd) {
+		unix.Close(fd)
+		return -1, unix.EACCES
+	}
+	return fd, nil
+}
+
+// ownProc reports whether fd is an entry of /proc that belongs to the
+// agent's own process (its directory, or anything under it or under one
+// of its threads' directories).
+func ownProc(fd int) bool {
+	var sfs unix.Statfs_t
+	if unix.Fstatfs(fd, &sfs) != nil || sfs.Type != unix.PROC_SUPER_MAGIC {
+		return false
+	}
+	target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return true // a /proc file it cannot name: refused
+	}
+	rest, ok := strings.CutPrefix(target, "/proc/")
+	if !ok {
+		return true
+	}
+	first, _, _ := strings.Cut(rest, "/")
+	pid, err := strconv.Atoi(first)
+	if err != nil {
+		return first == "self" || first == "thread-self"
+	}
+	if pid == os.Getpid() {
+		return true
+	}
+	var st unix.Stat_t
+	return unix.Stat("/proc/self/task/"+first, &st) == nil
 }
 
 // typeName names the kind of a file that is not regular.
@@ -378,7 +422,7 @@ func (a *agent) writeFile(id ident, p string, perm uint32, in io.Reader) (int64,
 	var dirfd, fd int
 	err := a.fs.as(id, func() error {
 		var err error
-		dirfd, err = unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		dirfd, err = open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
 		if err != nil {
 			return err
 		}
@@ -429,10 +473,16 @@ func (a *agent) writeFile(id ident, p string, perm uint32, in io.Reader) (int64,
 func (a *agent) stat(id ident, p string, follow bool) (wire.FileInfo, error) {
 	var st unix.Stat_t
 	err := a.fs.as(id, func() error {
-		if follow {
-			return unix.Stat(p, &st)
+		flags := unix.O_PATH | unix.O_CLOEXEC
+		if !follow {
+			flags |= unix.O_NOFOLLOW
 		}
-		return unix.Lstat(p, &st)
+		fd, err := open(p, flags)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return unix.Fstat(fd, &st)
 	})
 	return info(&st), err
 }
@@ -447,7 +497,7 @@ func (a *agent) readDir(id ident, p string, limit int64, out io.Writer) error {
 	var fd int
 	err := a.fs.as(id, func() error {
 		var err error
-		fd, err = unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		fd, err = open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
 		return err
 	})
 	if err != nil {
@@ -526,10 +576,11 @@ func (t *tarWalk) add(p, name string) error {
 		if err := t.tw.WriteHeader(hdr); err != nil {
 			return err
 		}
-		d, err := os.Open(p)
+		fd, err := open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
 		if err != nil {
-			return err
+			return &fs.PathError{Op: "open", Path: p, Err: err}
 		}
+		d := os.NewFile(uintptr(fd), p)
 		names, err := d.Readdirnames(-1)
 		d.Close()
 		if err != nil {
@@ -558,7 +609,7 @@ func (t *tarWalk) add(p, name string) error {
 			return t.tw.WriteHeader(hdr)
 		}
 	}
-	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	fd, err := open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
 	if err != nil {
 		return &fs.PathError{Op: "open", Path: p, Err: err}
 	}
