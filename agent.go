@@ -30,7 +30,12 @@ const agentDir = "/.sandbox-agent"
 
 // agentCaps are the capabilities of the sandbox's container, which only the
 // agent (root, non-dumpable) holds: commands run as the sandbox user with
-// none, and an empty bounding set.
+// none, and an empty bounding set. KILL for the kill of a command's
+// processes, SETUID and SETGID to start commands and run file operations
+// as the sandbox user, SETPCAP to empty the bounding set. (Not
+// SYS_RESOURCE, which would pin commands' oom_score_adj above the
+// agent's: many hosts, this project's test machines among them, do not
+// have it to give, and a container asking for it does not start.)
 var agentCaps = []string{"KILL", "SETUID", "SETGID", "SETPCAP"}
 
 var (

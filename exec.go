@@ -440,7 +440,7 @@ func (c *Cmd) Wait() error {
 		// Lifetime over) — that is the sandbox failing, not the command.
 		var gone bool
 		if out.oom, gone = s.oomKilled(); gone {
-			return fmt.Errorf("%w: exec: %s ended while the command ran", ErrSandboxGone, shortID(s.id))
+			return s.goneErr("exec", errors.New("it ended while the command ran"))
 		}
 	}
 	c.ProcessState = out
@@ -492,7 +492,7 @@ func (c *Cmd) exit() (wire.Exit, error) {
 				case statePaused:
 					return wire.Exit{}, s.pausedErr("exec: the command could not be killed")
 				case stateGone:
-					return wire.Exit{}, fmt.Errorf("%w: exec: %s", ErrSandboxGone, shortID(s.id))
+					return wire.Exit{}, s.goneErr("exec", nil)
 				}
 			}
 			t := time.NewTimer(s.cfg.timeout)

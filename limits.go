@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -16,6 +17,14 @@ import (
 //   - Memory: the container's memory cgroup, swap disabled. When the sandbox
 //     exceeds it the kernel's OOM killer ends a process inside, and Exec
 //     reports OOMKilled. Files in /tmp (a tmpfs) count towards it.
+//     Commands start with oom_score_adj 1000 and the library's agent stays
+//     below them, so the OOM killer takes a command, not the agent, even
+//     when the memory is held by files no process owns; only a command
+//     that lowers its own oom_score_adj on purpose (to the agent's floor)
+//     competes with the agent by size. A sandbox that dies of memory all
+//     the same is reported as ErrSandboxGone saying so (OOMKilled). System
+//     V shared memory is bounded by TmpSize in all and destroyed when no
+//     process has it attached; System V message queues hold at most 1 MiB.
 //   - PIDs: the container's pids cgroup; a fork bomb stops at this many
 //     processes and threads. The library's agent inside counts too: about a
 //     dozen threads, started before any command runs, so that it can still
@@ -26,7 +35,12 @@ import (
 //     image on a loop device, mounted as a Docker volume: files are on
 //     disk. Elsewhere (a docker-group user, a remote engine) it is a tmpfs
 //     volume of this size, mounted by the engine: the same bound, but the
-//     files live in RAM and count towards Memory. The audit record
+//     files live in RAM and count towards Memory, so it must fit there:
+//     beside /tmp and /dev/shm it may take what Memory leaves after a
+//     reserve for processes (a quarter, at least 32 MiB). The default Disk
+//     is sized down to fit (256 MiB of the default 512 MiB Memory; a
+//     sandbox.limits record says so), and an explicit Disk that does not
+//     fit is refused by New, naming the Memory it needs. The audit record
 //     sandbox.create says which ("disk": "ext4" or "tmpfs"). The root
 //     filesystem is read-only; the only writable places are the working
 //     directory (which is also HOME), /tmp and /dev/shm (RAM-backed tmpfs
@@ -60,6 +74,60 @@ type Limits struct {
 // msgQueueBytes bounds the bytes a sandbox's POSIX message queues may
 // hold (RLIMIT_MSGQUEUE): the kernel's default.
 const msgQueueBytes = 800 << 10
+
+// ipcSysctls bound System V IPC in the sandbox's own IPC namespace: shared
+// memory segments are destroyed when no process has them attached
+// (shm_rmid_forced), so that memory detached segments hold always belongs
+// to a process the OOM killer can end, and all segments together hold at
+// most TmpSize; message queues at most 64 of 16 KiB.
+func ipcSysctls(l Limits) map[string]string {
+	pages := max(l.TmpSize/4096, 1)
+	return map[string]string{
+		"kernel.shm_rmid_forced": "1",
+		"kernel.shmall":          strconv.FormatInt(pages, 10),
+		"kernel.shmmax":          strconv.FormatInt(pages*4096, 10),
+		"kernel.msgmni":          "64",
+		"kernel.msgmnb":          "16384",
+	}
+}
+
+// tmpfsReserve is the part of Limits.Memory that a tmpfs working directory
+// leaves to processes: a quarter, and at least 32 MiB.
+func tmpfsReserve(memory int64) int64 { return max(memory/4, 32<<20) }
+
+// tmpfsDisk returns the size of a working directory that must be a tmpfs
+// (its files are RAM, counted towards Memory): Disk if it fits in Memory
+// beside /tmp and /dev/shm and the reserve for processes; if it does not
+// and Disk is the default (explicit false), the size that fits; else an
+// error saying what to change. A sandbox whose files could fill its
+// memory would leave its commands nothing to run in.
+func tmpfsDisk(l Limits, explicit bool) (int64, error) {
+	if l.Memory <= 0 {
+		return l.Disk, nil
+	}
+	room := l.Memory - tmpfsReserve(l.Memory) - 2*l.TmpSize
+	switch {
+	case l.Disk <= room:
+		return l.Disk, nil
+	case !explicit && room >= 16<<20:
+		return room &^ (1<<20 - 1), nil
+	}
+	need := l.Disk + 2*l.TmpSize
+	need += max(need/3, 32<<20) // so that the reserve (a quarter of Memory) is left
+	return 0, fmt.Errorf("sandbox: Limits.Disk of %s does not fit in Limits.Memory of %s: the working directory is a tmpfs here "+
+		"(no loop devices: not root on the engine's host, or a remote engine), whose files are RAM counted towards Memory, "+
+		"beside /tmp and /dev/shm (Limits.TmpSize, %s each) and %s kept for processes; "+
+		"lower Disk to at most %s (or TmpSize), or raise Memory to at least %s",
+		mib(l.Disk), mib(l.Memory), mib(l.TmpSize), mib(tmpfsReserve(l.Memory)), mib(max(room, 0)), mib(need))
+}
+
+// mib formats a byte count in MiB.
+func mib(n int64) string {
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
 
 // DefaultLimits returns the limits a sandbox gets when none are given.
 func DefaultLimits() Limits {

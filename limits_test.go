@@ -186,6 +186,91 @@ print("survived")
 	assertAlive(t, sb)
 }
 
+// TestLimitsMemoryAgentSpared: memory that no process owns cannot make the
+// agent the OOM killer's victim. System V shared memory segments, filled
+// and detached over and over past the limit, are destroyed as they are
+// detached (shm_rmid_forced in the sandbox's IPC namespace) and bounded by
+// TmpSize in all; a process holding segments attached past the limit is
+// the one killed; memory held by files in /dev/shm and /tmp (a tmpfs)
+// makes the command that asks for more the victim, not the agent, even
+// when the agent's own memory is larger. Afterwards the sandbox works. The
+// kernel's oom_score_adj shows commands at 1000 and the agent below them,
+// at the floor no command may go under.
+func TestLimitsMemoryAgentSpared(t *testing.T) {
+	t.Parallel()
+	sb := newPython(t, sandbox.WithLimits(sandbox.Limits{Memory: 96 << 20, TmpSize: 64 << 20}))
+	r := execWant(t, sb, `cat /proc/1/oom_score_adj /proc/self/oom_score_adj; echo $(( $(cat /proc/1/oom_score_adj) - 1 )) > /proc/self/oom_score_adj || echo refused`, 0)
+	lines := strings.Split(r.Stdout, "\n")
+	agentAdj, cmdAdj := lines[0], lines[1]
+	if a, err := strconv.Atoi(agentAdj); err != nil || a >= 1000 || cmdAdj != "1000" || !strings.HasSuffix(r.Stdout, "\nrefused\n") {
+		t.Errorf("oom_score_adj of the agent, a command, and a command going below the agent: %q; want below 1000, 1000, refused", r.Stdout)
+	}
+	t.Logf("oom_score_adj: agent %s, commands %s", agentAdj, cmdAdj)
+	const shm = `python3 -c '
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+held = []
+for i in range(%d):
+    id = libc.shmget(0, 16 << 20, 0o1000 | 0o600)
+    if id < 0:
+        print("shmget", ctypes.get_errno())
+        break
+    addr = libc.shmat(id, None, 0)
+    ctypes.memset(addr, 1, 16 << 20)
+    if %s:
+        libc.shmdt(ctypes.c_void_p(addr))
+    else:
+        held.append(addr)
+print("done", i)
+'`
+	// 40 × 16 MiB, detached: each is destroyed at once, nothing adds up.
+	r = execWant(t, sb, fmt.Sprintf(shm, 40, "True"), 0)
+	if r.Stdout != "done 39\n" {
+		t.Errorf("fill and detach 640 MiB of segments: %q %q", r.Stdout, r.Stderr)
+	}
+	if r := execWant(t, sb, "wc -l < /proc/sysvipc/shm", 0); r.Stdout != "1\n" {
+		t.Errorf("segments left after their last detach: %q lines (1 is the header)", r.Stdout)
+	}
+	// Held attached: beyond TmpSize in all, shmget refuses (ENOSPC, 28);
+	// the holder is charged and killed if it reaches the limit first.
+	r = execWant(t, sb, fmt.Sprintf(shm, 40, "False")+"; echo exit $?", 0)
+	if !strings.Contains(r.Stdout, "shmget 28") && !strings.Contains(r.Stdout, "exit 137") {
+		t.Errorf("holding 640 MiB of segments: %q %q; want ENOSPC past TmpSize, or the holder killed", r.Stdout, r.Stderr)
+	}
+	assertAlive(t, sb)
+	// Files in RAM: 60 MiB in /dev/shm and /tmp, then a command that asks
+	// for more than is left is killed; the agent is not.
+	execWant(t, sb, "head -c 30M /dev/zero > /dev/shm/a; head -c 30M /dev/zero > /tmp/b", 0)
+	r = execWant(t, sb, `python3 -c 'x = bytearray(64 << 20)'`, 137)
+	if !r.OOMKilled {
+		t.Errorf("the command past the limit: %+v; want OOMKilled", r)
+	}
+	assertAlive(t, sb)
+	execWant(t, sb, "rm /dev/shm/a /tmp/b", 0)
+	assertAlive(t, sb)
+}
+
+// TestLimitsMemoryOOMEvent: the engine's record of the OOM killer acting
+// in a sandbox, which the library reads to say a sandbox that stopped ran
+// out of memory.
+func TestLimitsMemoryOOMEvent(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	sb := newPython(t, sandbox.WithLimits(sandbox.Limits{Memory: 64 << 20}))
+	cli := engineClient(t)
+	ctx := testCtx(t)
+	if engine.DiedOfOOM(ctx, cli, sb.ID(), start) {
+		t.Error("an OOM before any")
+	}
+	if r := execWant(t, sb, `python3 -c 'x = bytearray(256 << 20)'`, 137); !r.OOMKilled {
+		t.Fatalf("memory bomb: %+v", r)
+	}
+	if !engine.DiedOfOOM(ctx, cli, sb.ID(), start) {
+		t.Error("the engine's events hold no OOM of the sandbox after an OOM kill")
+	}
+}
+
 func TestLimitsPIDsForkBomb(t *testing.T) {
 	t.Parallel()
 	const pids = 64

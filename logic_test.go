@@ -23,6 +23,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
@@ -50,6 +51,13 @@ type fakeEngine struct {
 	inspected  []string
 	filters    []filters.Args
 	state      *container.State // ContainerInspect's answer; nil: not found
+}
+
+// Events answers that the engine remembers no event.
+func (f *fakeEngine) Events(context.Context, events.ListOptions) (<-chan events.Message, <-chan error) {
+	m := make(chan events.Message)
+	close(m)
+	return m, make(chan error)
 }
 
 func (f *fakeEngine) remove(id string) error {
@@ -483,5 +491,44 @@ func TestUnitCmdStates(t *testing.T) {
 	s.mu.Unlock()
 	if err := s.Command(ctx, "true").Run(); !errors.Is(err, ErrClosed) {
 		t.Errorf("Run on a closed sandbox: %v", err)
+	}
+}
+
+// A tmpfs working directory must fit in Memory beside /tmp, /dev/shm and
+// the processes' reserve: the default size shrinks to fit, an explicit one
+// that does not fit is refused with the numbers to change.
+func TestUnitTmpfsDisk(t *testing.T) {
+	const M = 1 << 20
+	def := DefaultLimits()
+	for _, c := range []struct {
+		l        Limits
+		explicit bool
+		want     int64
+		err      string
+	}{
+		{def, false, 256 * M, ""},                       // 512 - 128 reserve - 2×64
+		{def, true, 0, "lower Disk to at most 256 MiB"}, // 1 GiB asked for
+		{Limits{Memory: 2048 * M, Disk: 1024 * M, TmpSize: 64 * M}, true, 1024 * M, ""},
+		{Limits{Memory: 128 * M, Disk: 16 * M, TmpSize: 32 * M}, true, 16 * M, ""},
+		{Limits{Memory: 128 * M, Disk: 1024 * M, TmpSize: 64 * M}, false, 0, "raise Memory to at least"},
+		{Limits{Memory: -1, Disk: 1024 * M, TmpSize: 64 * M}, true, 1024 * M, ""},
+	} {
+		got, err := tmpfsDisk(c.l, c.explicit)
+		if got != c.want || (c.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("tmpfsDisk(memory %d MiB, disk %d MiB, tmp %d MiB, explicit %v) = %d MiB, %v; want %d MiB, %q",
+				c.l.Memory/M, c.l.Disk/M, c.l.TmpSize/M, c.explicit, got/M, err, c.want/M, c.err)
+		}
+		if err == nil && c.l.Memory > 0 && got+2*c.l.TmpSize+tmpfsReserve(c.l.Memory) > c.l.Memory {
+			t.Errorf("memory %d MiB: %d MiB of disk leaves less than the reserve", c.l.Memory/M, got/M)
+		}
+	}
+	// The advice holds: at the Memory it names, the Disk fits.
+	l := Limits{Memory: 128 * M, Disk: 1024 * M, TmpSize: 64 * M}
+	_, err := tmpfsDisk(l, true)
+	var need int64
+	fmt.Sscanf(err.Error()[strings.Index(err.Error(), "at least ")+len("at least "):], "%d", &need)
+	l.Memory = need * M
+	if _, err := tmpfsDisk(l, true); err != nil {
+		t.Errorf("with the Memory the error named (%d MiB): %v", need, err)
 	}
 }

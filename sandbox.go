@@ -69,11 +69,15 @@ type Sandbox struct {
 	net    *netState    // set when the network policy is not "none"
 	dev    *disk.Device // backs volume when Limits.Disk > 0
 
+	created time.Time // when create began
+
 	mu       sync.Mutex
 	closed   bool
 	oomSeen  int64
 	closeErr error
 	closing  sync.Once
+	whyOnce  sync.Once
+	why      string // why the container stopped, once asked
 }
 
 // Option configures a sandbox in New.
@@ -92,6 +96,7 @@ type config struct {
 	host    string
 	restore *Snapshot // set by Snapshot.New
 	network NetworkPolicy
+	diskSet bool // Limits.Disk was given, not the default
 
 	timeout       time.Duration  // bound on each wait the caller's context does not bound (DefaultTimeout; a test hook can shorten it)
 	resolve       resolveFunc    // test hook: the proxy's resolver
@@ -302,6 +307,7 @@ func newConfig(opts []Option) (config, error) {
 			return c, err
 		}
 	}
+	c.diskSet = c.limits.Disk != 0
 	c.limits = c.limits.merge(DefaultLimits())
 	return c, c.limits.validate()
 }
@@ -334,7 +340,7 @@ func connect(ctx context.Context, host string, answer time.Duration) (engine.API
 // create makes the sandbox; on failure it removes what it made.
 func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 	start := time.Now()
-	s := &Sandbox{cfg: cfg, log: cfg.logger, base: cfg.image, snap: cfg.restore}
+	s := &Sandbox{cfg: cfg, log: cfg.logger, base: cfg.image, snap: cfg.restore, created: start}
 	if cfg.restore != nil {
 		s.base = cfg.restore.base
 	}
@@ -427,7 +433,19 @@ func (s *Sandbox) createVolume(ctx context.Context) error {
 	case s.cfg.limits.Disk > 0 && s.diskBacking() != nil:
 		// No loop devices here (not root, or the engine is elsewhere): a
 		// tmpfs of Disk bytes, which the engine mounts. Writes past it
-		// fail with ENOSPC all the same; its files count towards Memory.
+		// fail with ENOSPC all the same; its files count towards Memory,
+		// so it must fit there beside /tmp, /dev/shm and the processes.
+		size, err := tmpfsDisk(s.cfg.limits, s.cfg.diskSet)
+		if err != nil {
+			return err
+		}
+		if size != s.cfg.limits.Disk {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "sandbox.limits", slog.Int64("disk", size),
+				slog.String("note", fmt.Sprintf("the working directory is a tmpfs here (RAM, counted towards Limits.Memory): "+
+					"its size is the default Limits.Disk of %s made to fit in Limits.Memory of %s; raise Memory for a larger one",
+					mib(s.cfg.limits.Disk), mib(s.cfg.limits.Memory))))
+			s.cfg.limits.Disk = size
+		}
 		opts.DriverOpts = map[string]string{"type": "tmpfs", "device": "tmpfs",
 			"o": fmt.Sprintf("size=%d,uid=%d,gid=%d,mode=0755", s.cfg.limits.Disk, s.uid, s.gid)}
 	case s.cfg.limits.Disk > 0:
@@ -583,6 +601,7 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 	// POSIX message queues: the kernel's default per-user bound, set here
 	// so that the engine's own limits do not change it.
 	r.Ulimits = append(r.Ulimits, &container.Ulimit{Name: "msgqueue", Soft: msgQueueBytes, Hard: msgQueueBytes})
+	hc.Sysctls = ipcSysctls(l)
 	s.name = objectName("sandbox")
 	dctx, cancel := detached(ctx)
 	created, err := s.cli.ContainerCreate(dctx, cc, hc, nil, nil, s.name)
@@ -691,10 +710,43 @@ func (s *Sandbox) check() error {
 	}
 	select {
 	case <-s.agent.Done():
-		return fmt.Errorf("%w: %s stopped (removed or killed outside the library, or its Lifetime ended)", ErrSandboxGone, shortID(s.id))
+		return s.goneErr("", nil)
 	default:
 		return nil
 	}
+}
+
+// goneErr is the error of operation op (if not "") on a sandbox whose
+// container has stopped, with what the engine says of why.
+func (s *Sandbox) goneErr(op string, detail error) error {
+	msg := shortID(s.id) + " stopped " + s.goneWhy()
+	if op != "" {
+		msg = op + ": " + msg
+	}
+	if detail != nil {
+		msg += ": " + detail.Error()
+	}
+	return fmt.Errorf("%w: %s", ErrSandboxGone, msg)
+}
+
+// goneWhy says why the container stopped, asking the engine once: out of
+// memory if the kernel's OOM killer acted in it within a second of its
+// end (the agent is the OOM killer's last choice, taken only when no
+// command is left to kill), else removed or killed from outside, or its
+// Lifetime over.
+func (s *Sandbox) goneWhy() string {
+	s.whyOnce.Do(func() {
+		s.why = "(removed or killed outside the library, or its Lifetime ended)"
+		if s.id == "" || s.cli == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), min(2*time.Second, s.cfg.timeout))
+		defer cancel()
+		if engine.DiedOfOOM(ctx, s.cli, s.id, s.created) {
+			s.why = "out of memory (OOMKilled: the kernel's OOM killer ended the sandbox's agent, which it takes only when no command is left to kill: raise Limits.Memory)"
+		}
+	})
+	return s.why
 }
 
 // engineErr turns an engine error into one the caller can act on.
@@ -714,7 +766,7 @@ func (s *Sandbox) engineErr(op string, err error) error {
 	case s.id != "" && (engine.IsNotFound(err) || engine.IsConflict(err)):
 		switch s.stateNow() {
 		case stateGone:
-			return fmt.Errorf("%w: %s: %s: %v", ErrSandboxGone, op, shortID(s.id), err)
+			return s.goneErr(op, err)
 		case statePaused:
 			return s.pausedErr(op)
 		}
@@ -729,11 +781,11 @@ func (s *Sandbox) initErr(op string, err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("sandbox: %s: %w", op, err)
 	case errors.Is(err, agentconn.ErrGone):
-		return fmt.Errorf("%w: %s: %s stopped (removed or killed outside the library, or its Lifetime ended)", ErrSandboxGone, op, shortID(s.id))
+		return s.goneErr(op, nil)
 	case errors.Is(err, agentconn.ErrNoAnswer):
 		switch s.stateNow() {
 		case stateGone:
-			return fmt.Errorf("%w: %s: %s: %v", ErrSandboxGone, op, shortID(s.id), err)
+			return s.goneErr(op, err)
 		case statePaused:
 			return s.pausedErr(op)
 		}

@@ -140,3 +140,39 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestDiskTmpfsFitsMemory: a tmpfs working directory (no loop devices) is
+// RAM counted towards Memory. The default Disk (1 GiB) is sized down to
+// fit in the default Memory (512 MiB) beside /tmp, /dev/shm and the
+// processes' reserve, with a record saying so; filling it fails with
+// ENOSPC and the sandbox lives on. An explicit Disk that cannot fit is
+// refused, naming what to change. Not parallel: it swaps the check.
+func TestDiskTmpfsFitsMemory(t *testing.T) {
+	restore := sandbox.SetDiskSupported(func() error { return errors.New("no CAP_SYS_ADMIN (test)") })
+	defer restore()
+	var log bytes.Buffer
+	var mu sync.Mutex
+	sb := newPython(t, sandbox.WithLogger(slog.New(slog.NewJSONHandler(lockedWriter{&mu, &log}, nil))))
+	mu.Lock()
+	logged := log.String()
+	mu.Unlock()
+	if !strings.Contains(logged, `"msg":"sandbox.limits"`) || !strings.Contains(logged, `"disk":268435456`) {
+		t.Errorf("no sandbox.limits record of the disk sized down to 256 MiB:\n%s", logged)
+	}
+	if r := mustExec(t, sb, `df -k . | awk 'NR==2 {print $2}'`); r.Stdout != "262144\n" {
+		t.Errorf("working directory size %q KiB, want 262144", r.Stdout)
+	}
+	// Two files: one file stops at FileSize (256 MiB) first.
+	r := mustExec(t, sb, "head -c 200M /dev/zero > a; head -c 200M /dev/zero > b; echo $?")
+	if !strings.Contains(r.Stderr, "No space left") || r.Stdout != "1\n" {
+		t.Errorf("400 MiB into the 256 MiB working directory: %+v; want ENOSPC", r)
+	}
+	assertAlive(t, sb)
+	mustExec(t, sb, "rm a b")
+
+	_, err := sandbox.New(testCtx(t), sandbox.WithImage(busyboxImage),
+		sandbox.WithLimits(sandbox.Limits{Memory: 256 << 20, Disk: 1 << 30}))
+	if err == nil || !strings.Contains(err.Error(), "does not fit in Limits.Memory") || !strings.Contains(err.Error(), "raise Memory to at least") {
+		t.Errorf("an explicit 1 GiB tmpfs disk in 256 MiB: %v; want a refusal naming what to change", err)
+	}
+}

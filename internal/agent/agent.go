@@ -32,7 +32,8 @@ type agent struct {
 	files   map[uint32]*fileOp
 	nextTag uint32
 
-	fs *workers // run file operations as the sandbox user
+	fs  *workers  // run file operations as the sandbox user
+	oom *oomScore // the agent's own oom_score_adj, raised around forks
 }
 
 // proc is one command.
@@ -49,10 +50,10 @@ type proc struct {
 	killed  bool
 }
 
-func newAgent(out io.Writer, fs *workers) *agent {
+func newAgent(out io.Writer, fs *workers, oom *oomScore) *agent {
 	return &agent{
 		w: wire.NewWriter(out), byChan: map[uint32]*proc{}, byPID: map[int]*proc{},
-		files: map[uint32]*fileOp{}, fs: fs,
+		files: map[uint32]*fileOp{}, fs: fs, oom: oom,
 	}
 }
 
@@ -209,8 +210,10 @@ func (a *agent) start(ch uint32, req wire.ExecRequest) {
 	a.nextTag++
 	p.tag = tagBase + a.nextTag
 	attr.Sys.Credential = &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{gid, p.tag}}
-	// Under a.mu: the reaper cannot collect the child before it is known.
-	child, err := os.StartProcess(path, req.Args, attr)
+	// Under a.mu: the reaper cannot collect the child before it is known
+	// (and forks, which change the agent's oom_score_adj, take turns).
+	var child *os.Process
+	a.oom.forking(func() { child, err = os.StartProcess(path, req.Args, attr) })
 	if err == nil {
 		p.pid = child.Pid
 		child.Release()

@@ -79,7 +79,7 @@ func main() {
 	if *lifetime > 0 {
 		time.AfterFunc(*lifetime, func() { os.Exit(0) })
 	}
-	a := newAgent(os.Stdout, startWorkers(fileWorkers))
+	a := newAgent(os.Stdout, startWorkers(fileWorkers), newOOMScore())
 	go a.reap()
 	if err := a.w.WriteJSON(wire.Hello, 0, wire.Greeting{Version: version, PID: os.Getpid()}); err != nil {
 		os.Exit(0)

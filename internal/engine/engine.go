@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 )
 
@@ -294,6 +296,42 @@ func RetryBusy(ctx context.Context, op func() error, busy func(error) bool) erro
 		case <-ctx.Done():
 			return err
 		case <-time.After(delay):
+		}
+	}
+}
+
+// DiedOfOOM reports whether the engine remembers the kernel's OOM killer
+// acting in container id (made at or after since) within a second before
+// the container's end (or, if the engine has not recorded the end yet,
+// at all). The engine keeps only its most recent events: false when it
+// no longer has them.
+func DiedOfOOM(ctx context.Context, cli API, id string, since time.Time) bool {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	msgs, errs := cli.Events(ctx, events.ListOptions{
+		Since: strconv.FormatInt(since.Add(-time.Second).Unix(), 10),
+		Until: strconv.FormatInt(time.Now().Add(time.Second).Unix(), 10),
+		Filters: filters.NewArgs(filters.Arg("type", string(events.ContainerEventType)),
+			filters.Arg("container", id), filters.Arg("event", string(events.ActionOOM)),
+			filters.Arg("event", string(events.ActionDie))),
+	})
+	var oom, die int64
+	for {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return oom > 0 && (die == 0 || die-oom <= int64(time.Second))
+			}
+			switch m.Action {
+			case events.ActionOOM:
+				oom = m.TimeNano
+			case events.ActionDie:
+				die = m.TimeNano
+			}
+		case <-errs:
+			return oom > 0 && (die == 0 || die-oom <= int64(time.Second))
+		case <-ctx.Done():
+			return false
 		}
 	}
 }
