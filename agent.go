@@ -3,6 +3,7 @@ package sandbox
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -32,11 +33,12 @@ const agentDir = "/.sandbox-agent"
 // agent (root, non-dumpable) holds: commands run as the sandbox user with
 // none, and an empty bounding set. KILL for the kill of a command's
 // processes, SETUID and SETGID to start commands and run file operations
-// as the sandbox user, SETPCAP to empty the bounding set. (Not
+// as the sandbox user, SETPCAP to empty the bounding set, CHOWN to give
+// the working directory to the sandbox user at start (then dropped). (Not
 // SYS_RESOURCE, which would pin commands' oom_score_adj above the
 // agent's: many hosts, this project's test machines among them, do not
 // have it to give, and a container asking for it does not start.)
-var agentCaps = []string{"KILL", "SETUID", "SETGID", "SETPCAP"}
+var agentCaps = []string{"KILL", "SETUID", "SETGID", "SETPCAP", "CHOWN"}
 
 var (
 	agentReady sync.Map   // engine address + volume name -> struct{}: filled and checked
@@ -56,7 +58,7 @@ func (s *Sandbox) agentVolume(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("sandbox: %w", err)
 	}
-	name := "agentsandbox-agent-" + hash
+	name := cmp.Or(s.cfg.agentVolume, "agentsandbox-agent-"+hash)
 	key := engine.Host(s.cfg.host) + "|" + name
 	if _, ok := agentReady.Load(key); ok {
 		return name, nil
@@ -97,6 +99,13 @@ func (s *Sandbox) agentVolume(ctx context.Context) (string, error) {
 	}
 	agentReady.Store(key, struct{}{})
 	return name, nil
+}
+
+// forgetAgentVolume drops the knowledge that the agent's volume is filled:
+// it was found missing or empty (removed behind the library's back, and
+// made anew, empty, by the engine when a container mounted it).
+func (s *Sandbox) forgetAgentVolume(name string) {
+	agentReady.Delete(engine.Host(s.cfg.host) + "|" + name)
 }
 
 // agentPresent reports whether the agent in helper's volume is bin.

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/volume"
+
 	"github.com/agentsandbox/sandbox"
 )
 
@@ -205,5 +207,36 @@ ctypes.CDLL(None).syscall(60, 0)  # SYS_exit: the main thread only
 	stopped("Interpreter.Run")
 	if got := plain(t, run(t, py, "6 * 7")); got != "42" {
 		t.Errorf("after the restart: %q", got)
+	}
+}
+
+// TestAgentVolumeRefilled: the volume holding the agent is a cache the
+// library fills once per engine. Removed behind the library's back (docker
+// volume rm), or made anew empty, it is filled again by the next New in
+// the same process, which works.
+func TestAgentVolumeRefilled(t *testing.T) {
+	t.Parallel()
+	cli := engineClient(t)
+	name := "agentsandbox-agent-test-" + randomHex(4)
+	defer cli.VolumeRemove(context.Background(), name, true)
+	opt := sandbox.WithTestAgentVolume(name)
+	for _, step := range []string{"first", "after docker volume rm", "after an empty volume of its name was made"} {
+		sb, err := sandbox.New(testCtx(t), sandbox.WithImage(busyboxImage), opt)
+		if err != nil {
+			t.Fatalf("New %s: %v", step, err)
+		}
+		assertAlive(t, sb)
+		if err := sb.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// Close returns once the container is removed.
+		if err := cli.VolumeRemove(testCtx(t), name, false); err != nil {
+			t.Fatalf("%s: docker volume rm: %v", step, err)
+		}
+		if step == "after docker volume rm" {
+			if _, err := cli.VolumeCreate(testCtx(t), volume.CreateOptions{Name: name}); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

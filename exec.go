@@ -45,8 +45,8 @@ type Cmd struct {
 	// Dir is the working directory; relative to the sandbox's working
 	// directory if not absolute. Empty means the sandbox's working directory.
 	Dir string
-	// User is the user to run as ("uid", "uid:gid" or a name in the image's
-	// /etc/passwd). Empty means the sandbox's user.
+	// User is the user to run as: "uid", "uid:gid", "name" or "name:group"
+	// (see WithUser). Empty means the sandbox's user.
 	User string
 	// Stdin, if not nil, is copied to the command's standard input, which is
 	// closed at its end. If nil, the command reads no input (EOF).
@@ -303,7 +303,7 @@ func (c *Cmd) Start() error {
 	}
 	user := c.User
 	if user == "" {
-		user = s.cfg.user
+		user = s.userIDs()
 	}
 	c.start = time.Now()
 	p, err := s.agent.Exec(ctx, wire.ExecRequest{

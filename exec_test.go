@@ -351,7 +351,7 @@ func TestCmdBasics(t *testing.T) {
 	t.Run("User", func(t *testing.T) {
 		t.Parallel()
 		for user, want := range map[string]string{
-			"":          "1000 1000\n",
+			"1000":      "1000 1000\n",
 			"0":         "0 0\n",
 			"root":      "0 0\n",
 			"1234:4321": "1234 4321\n",

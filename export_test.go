@@ -11,6 +11,12 @@ var (
 	WithTestTimeout = withTimeout
 )
 
+// WithTestAgentVolume names the volume that holds the agent, so that a
+// test can remove it without touching other tests' sandboxes.
+func WithTestAgentVolume(name string) Option {
+	return func(c *config) error { c.agentVolume = name; return nil }
+}
+
 // SetFirewallSupported replaces the check of whether firewall rules can be
 // installed, and returns a function that puts the real one back. Only for
 // tests that do not run in parallel.

@@ -33,6 +33,14 @@ func ftExec(t *testing.T, sb *sandbox.Sandbox, script string) string {
 	return r.Stdout
 }
 
+// ftMine is ftExec with the sandbox user's ID in the output written "me":
+// the sandbox user is one of its own (WithUser).
+func ftMine(t *testing.T, sb *sandbox.Sandbox, script string) string {
+	t.Helper()
+	uid := strings.TrimSpace(ftExec(t, sb, "id -u"))
+	return strings.ReplaceAll(ftExec(t, sb, script), uid, "me")
+}
+
 // ftNotExist fails the test unless err is an *fs.PathError for name that
 // satisfies errors.Is(err, fs.ErrNotExist).
 func ftNotExist(t *testing.T, op, name string, err error) {
@@ -84,7 +92,7 @@ func TestFilesWriteRead(t *testing.T) {
 		if d := time.Since(fi.ModTime()); d < -time.Minute || d > time.Minute {
 			t.Errorf("ModTime %v is not about now", fi.ModTime())
 		}
-		if out := ftExec(t, sb, "stat -c '%u:%g %a' /workspace/hello.txt; cat hello.txt"); out != "1000:1000 640\nhello\n" {
+		if out := ftMine(t, sb, "stat -c '%u:%g %a' /workspace/hello.txt; cat hello.txt"); out != "me:me 640\nhello\n" {
 			t.Errorf("inside: %q", out)
 		}
 	})
@@ -103,7 +111,7 @@ func TestFilesWriteRead(t *testing.T) {
 				t.Errorf("%s: Stat mode %v, want %v", name, fi.Mode(), perm)
 			}
 		}
-		if out := ftExec(t, sb, "stat -c '%n %u %a' perm*"); out != "perm400 1000 400\nperm444 1000 444\nperm755 1000 755\n" {
+		if out := ftMine(t, sb, "stat -c '%n %u %a' perm*"); out != "perm400 me 400\nperm444 me 444\nperm755 me 755\n" {
 			t.Errorf("inside: %q", out)
 		}
 		// The sandbox user can read its 0400 file; 0444 is not writable.
@@ -137,7 +145,7 @@ func TestFilesWriteRead(t *testing.T) {
 		if len(got) != len(data) || ftSHA(got) != ftSHA(data) {
 			t.Fatalf("read back %d bytes, sha256 %s; wrote %d bytes, sha256 %s", len(got), ftSHA(got), len(data), ftSHA(data))
 		}
-		if out := ftExec(t, sb, "sha256sum big.bin; stat -c '%s %u' big.bin"); out != ftSHA(data)+"  big.bin\n10485760 1000\n" {
+		if out := ftMine(t, sb, "sha256sum big.bin; stat -c '%s %u' big.bin"); out != ftSHA(data)+"  big.bin\n10485760 me\n" {
 			t.Errorf("inside: %q", out)
 		}
 	})
@@ -153,7 +161,7 @@ func TestFilesWriteRead(t *testing.T) {
 		if err != nil || string(got) != "short\n" {
 			t.Fatalf("ReadFile = %q, %v", got, err)
 		}
-		if out := ftExec(t, sb, "stat -c '%u %a %s' ow.txt"); out != "1000 600 6\n" {
+		if out := ftMine(t, sb, "stat -c '%u %a %s' ow.txt"); out != "me 600 6\n" {
 			t.Errorf("inside: %q", out)
 		}
 		// Overwriting a symbolic link replaces the link; its target is
@@ -249,7 +257,7 @@ func TestFilesWriteRead(t *testing.T) {
 		if err := sb.WriteFile(ctx, "/tmp/x", []byte("in tmp\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if out := ftExec(t, sb, "cat /tmp/x; stat -c '%u:%g %a' /tmp/x"); out != "in tmp\n1000:1000 600\n" {
+		if out := ftMine(t, sb, "cat /tmp/x; stat -c '%u:%g %a' /tmp/x"); out != "in tmp\nme:me 600\n" {
 			t.Errorf("inside: %q", out)
 		}
 		if got, err := sb.ReadFile(ctx, "/tmp/x"); err != nil || string(got) != "in tmp\n" {
@@ -597,7 +605,7 @@ func TestFilesMkdirRemove(t *testing.T) {
 	if err != nil || !fi.IsDir() || fi.Mode() != fs.ModeDir|0o750 {
 		t.Fatalf("Stat(a/b/c) = %v, %v", fi, err)
 	}
-	if out := ftExec(t, sb, "stat -c '%u:%g %F' a a/b a/b/c"); out != strings.Repeat("1000:1000 directory\n", 3) {
+	if out := ftMine(t, sb, "stat -c '%u:%g %F' a a/b a/b/c"); out != strings.Repeat("me:me directory\n", 3) {
 		t.Errorf("inside: %q", out)
 	}
 	// Existing: fine, unchanged.
@@ -610,7 +618,7 @@ func TestFilesMkdirRemove(t *testing.T) {
 	if err := sb.MkdirAll(ctx, "/tmp/x/y", 0o755); err != nil {
 		t.Errorf("MkdirAll(/tmp/x/y): %v", err)
 	}
-	if out := ftExec(t, sb, "stat -c '%u %a' /tmp/x/y"); out != "1000 755\n" {
+	if out := ftMine(t, sb, "stat -c '%u %a' /tmp/x/y"); out != "me 755\n" {
 		t.Errorf("inside: %q", out)
 	}
 	// Over a file, or below one: error, file kept.
@@ -819,7 +827,7 @@ func TestFilesCopyIn(t *testing.T) {
 		if err := sb.CopyIn(ctx, "in", os.DirFS(host)); err != nil {
 			t.Fatal(err)
 		}
-		out := ftExec(t, sb, `cd in && find . | sort && find . -exec stat -c '%u:%g %a %n' {} \; | sort && readlink link && sh sub/run.sh && sha256sum sub/deep/data.bin`)
+		out := ftMine(t, sb, `cd in && find . | sort && find . -exec stat -c '%u:%g %a %n' {} \; | sort && readlink link && sh sub/run.sh && sha256sum sub/deep/data.bin`)
 		want := `.
 ./empty
 ./link
@@ -829,15 +837,15 @@ func TestFilesCopyIn(t *testing.T) {
 ./sub/deep/data.bin
 ./sub/run.sh
 ./top.txt
-1000:1000 600 ./sub/deep/data.bin
-1000:1000 640 ./name with space.txt
-1000:1000 644 ./top.txt
-1000:1000 755 .
-1000:1000 755 ./empty
-1000:1000 755 ./sub
-1000:1000 755 ./sub/deep
-1000:1000 755 ./sub/run.sh
-1000:1000 777 ./link
+me:me 600 ./sub/deep/data.bin
+me:me 640 ./name with space.txt
+me:me 644 ./top.txt
+me:me 755 .
+me:me 755 ./empty
+me:me 755 ./sub
+me:me 755 ./sub/deep
+me:me 755 ./sub/run.sh
+me:me 777 ./link
 top.txt
 ran
 ` + ftSHA(bin) + "  sub/deep/data.bin\n"
@@ -863,17 +871,17 @@ ran
 		if err := sb.CopyIn(ctx, "/workspace/dst", src); err != nil {
 			t.Fatal(err)
 		}
-		out := ftExec(t, sb, `cd dst && find . -exec stat -c '%u:%g %a %n' {} \; | sort && cat m/a.txt m/sub/b.txt top other`)
+		out := ftMine(t, sb, `cd dst && find . -exec stat -c '%u:%g %a %n' {} \; | sort && cat m/a.txt m/sub/b.txt top other`)
 		// MapFS makes up the parent directories it does not list, with
 		// mode 0555.
-		want := `1000:1000 555 ./m
-1000:1000 555 ./m/sub
-1000:1000 640 ./m/a.txt
-1000:1000 644 ./other
-1000:1000 644 ./top
-1000:1000 700 ./m/empty
-1000:1000 755 .
-1000:1000 755 ./m/sub/b.txt
+		want := `me:me 555 ./m
+me:me 555 ./m/sub
+me:me 640 ./m/a.txt
+me:me 644 ./other
+me:me 644 ./top
+me:me 700 ./m/empty
+me:me 755 .
+me:me 755 ./m/sub/b.txt
 ABtopother
 `
 		if out != want {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,7 +16,6 @@ import (
 	"maps"
 	"os"
 	"path"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +32,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/disk"
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/firewall"
+	"github.com/agentsandbox/sandbox/internal/ident"
 	"github.com/agentsandbox/sandbox/internal/leftover"
 	"github.com/agentsandbox/sandbox/internal/pseudofs"
 )
@@ -57,7 +58,8 @@ type Sandbox struct {
 	cli    engine.API
 	name   string // the container's name, unique, chosen before it is created
 	id     string
-	uid    int
+	user   string // the user as given (WithUser) or drawn (ownUser)
+	uid    int    // the user's IDs, as the agent resolved them
 	gid    int
 	log    *slog.Logger
 	agent  *agentconn.Conn // the agent, the container's main process
@@ -97,6 +99,8 @@ type config struct {
 	restore *Snapshot // set by Snapshot.New
 	network NetworkPolicy
 	diskSet bool // Limits.Disk was given, not the default
+
+	agentVolume string // test hook: the agent's volume under another name
 
 	timeout       time.Duration  // bound on each wait the caller's context does not bound (DefaultTimeout; a test hook can shorten it)
 	resolve       resolveFunc    // test hook: the proxy's resolver
@@ -223,13 +227,23 @@ func WithWorkdir(dir string) Option {
 	}
 }
 
-// WithUser sets the numeric user ("uid" or "uid:gid") commands run as by
-// default (default "1000:1000"). The user need not exist in the image. Root
-// ("0") is allowed but still has no capabilities.
+// WithUser sets the user commands and file operations run as: "uid",
+// "uid:gid", "name" or "name:group", names from the image's /etc/passwd
+// and /etc/group (as Cmd.User; a user without a group gets its passwd
+// group, or the group of the same number if it has no entry). The user
+// need not exist in the image. Root ("0") is allowed but still has no
+// capabilities.
+//
+// The default is a user of the sandbox's own: a uid (with the group of
+// the same number) drawn at random from 1,000,000,000 to 1,899,999,999,
+// which no other sandbox is likely to share (one in 900 million for
+// each pair) and no user of the host has. The kernel counts some limits
+// per user (inotify instances, message queue bytes, pipe buffers): with a
+// user of its own, a sandbox cannot use up another's or the host's.
 func WithUser(user string) Option {
 	return func(c *config) error {
-		if _, _, err := parseUser(user); err != nil {
-			return err
+		if _, err := ident.Parse(user); err != nil {
+			return fmt.Errorf("sandbox: WithUser: %w", err)
 		}
 		c.user = user
 		return nil
@@ -279,25 +293,18 @@ func WithHost(dockerHost string) Option {
 	return func(c *config) error { c.host = dockerHost; return nil }
 }
 
-func parseUser(u string) (uid, gid int, err error) {
-	us, gs, hasGroup := strings.Cut(u, ":")
-	uid, err = strconv.Atoi(us)
-	if err == nil && hasGroup {
-		gid, err = strconv.Atoi(gs)
-	} else if err == nil {
-		gid = uid
-	}
-	if err != nil || uid < 0 || gid < 0 {
-		return 0, 0, fmt.Errorf("sandbox: user %q must be numeric, \"uid\" or \"uid:gid\"", u)
-	}
-	return uid, gid, nil
+// ownUser returns a user of a sandbox's own (see WithUser).
+func ownUser() string {
+	var b [8]byte
+	rand.Read(b[:])
+	uid := 1_000_000_000 + binary.BigEndian.Uint64(b[:])%900_000_000
+	return fmt.Sprintf("%d:%d", uid, uid)
 }
 
 func newConfig(opts []Option) (config, error) {
 	c := config{
 		image:   DefaultImage,
 		workdir: "/workspace",
-		user:    "1000:1000",
 		logger:  slog.New(slog.DiscardHandler),
 		timeout: DefaultTimeout,
 		pull:    defaultPull(),
@@ -344,7 +351,11 @@ func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 	if cfg.restore != nil {
 		s.base = cfg.restore.base
 	}
-	s.uid, s.gid, _ = parseUser(cfg.user)
+	if s.cfg.user == "" {
+		s.user = ownUser() // a restored sandbox gets one of its own too
+	} else {
+		s.user = s.cfg.user
+	}
 	defer func() {
 		if err != nil {
 			s.teardown()
@@ -366,7 +377,14 @@ func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 			return nil, err
 		}
 	}
-	if err := s.createContainer(ctx, netEnv, dns); err != nil {
+	err = s.createContainer(ctx, netEnv, dns)
+	if errors.Is(err, errAgentMissing) {
+		// The agent's volume was removed or emptied behind the library:
+		// fill it again, once.
+		s.discardContainer()
+		err = s.createContainer(ctx, netEnv, dns)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if s.net != nil {
@@ -386,7 +404,7 @@ func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 	}
 	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.create",
 		slog.String("sandbox", s.ID()), slog.String("image", cfg.image),
-		slog.String("user", cfg.user), slog.String("workdir", cfg.workdir),
+		slog.String("user", s.userIDs()), slog.String("workdir", cfg.workdir),
 		slog.String("runtime", cfg.runtime), slog.String("disk", s.diskKind()), slog.Duration("duration", time.Since(start)))
 	return s, nil
 }
@@ -447,20 +465,18 @@ func (s *Sandbox) createVolume(ctx context.Context) error {
 			s.cfg.limits.Disk = size
 		}
 		opts.DriverOpts = map[string]string{"type": "tmpfs", "device": "tmpfs",
-			"o": fmt.Sprintf("size=%d,uid=%d,gid=%d,mode=0755", s.cfg.limits.Disk, s.uid, s.gid)}
+			"o": fmt.Sprintf("size=%d,mode=0755", s.cfg.limits.Disk)}
 	case s.cfg.limits.Disk > 0:
-		dev, err := disk.Create(ctx, s.cfg.limits.Disk, s.uid, s.gid)
+		dev, err := disk.Create(ctx, s.cfg.limits.Disk, 0, 0)
 		if err != nil {
 			return fmt.Errorf("sandbox: creating the %s disk: %w", fmt.Sprintf("%d-byte", s.cfg.limits.Disk), err)
 		}
 		s.dev = dev
 		opts.DriverOpts = map[string]string{"type": "ext4", "device": dev.Path()}
 	default:
-		// No disk limit: a tmpfs volume owned by the sandbox user (a plain
-		// volume would be root's, and nothing in a hardened sandbox may
-		// chown it). It lives in RAM, charged to the sandbox's memory.
-		opts.DriverOpts = map[string]string{"type": "tmpfs", "device": "tmpfs",
-			"o": fmt.Sprintf("uid=%d,gid=%d,mode=0755", s.uid, s.gid)}
+		// No disk limit: a tmpfs volume (RAM, charged to the sandbox's
+		// memory).
+		opts.DriverOpts = map[string]string{"type": "tmpfs", "device": "tmpfs", "o": "mode=0755"}
 	}
 	dctx, cancel := detached(ctx)
 	v, err := s.cli.VolumeCreate(dctx, opts)
@@ -545,9 +561,9 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 	}
 	cc := &container.Config{
 		Image:        s.cfg.image,
-		Entrypoint:   []string{agentDir + "/agent", fmt.Sprintf("-lifetime=%ds", lifetime)},
+		Entrypoint:   []string{agentDir + "/agent", fmt.Sprintf("-lifetime=%ds", lifetime), "-user=" + s.user},
 		Cmd:          nil,
-		User:         "0:0", // the agent; commands run as s.cfg.user
+		User:         "0:0", // the agent; commands run as s.user
 		WorkingDir:   s.cfg.workdir,
 		Env:          append(s.baseEnv(), netEnv...),
 		Labels:       engine.Labels("sandbox", s.cfg.labels),
@@ -569,8 +585,7 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 		LogConfig:      container.LogConfig{Type: "none"},
 		Runtime:        s.cfg.runtime,
 		ShmSize:        l.TmpSize, // /dev/shm: like /tmp, RAM counted towards Memory
-		Tmpfs: map[string]string{"/tmp": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,uid=%d,gid=%d,mode=1777",
-			l.TmpSize, s.uid, s.gid)},
+		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", l.TmpSize)},
 		Mounts: []mount.Mount{{
 			Type: mount.TypeVolume, Source: s.volume, Target: s.cfg.workdir,
 			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
@@ -625,17 +640,44 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 	s.stderr = &tail{}
 	s.agent = agentconn.Start(agentStream{s.attach}, engine.Demux(s.attach.Reader, s.stderr), s.cfg.timeout)
 	if err := s.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
+		if engine.IsMissingEntrypoint(err, agentDir+"/agent") {
+			s.forgetAgentVolume(agentVol)
+			return fmt.Errorf("%w: %v", errAgentMissing, err)
+		}
 		return s.engineErr("start container", err)
 	}
-	if _, err := s.agent.Ready(ctx); err != nil {
+	hello, err := s.agent.Ready(ctx)
+	if err != nil {
 		return s.initErr("the sandbox's agent did not start"+s.stderr.say(), err)
 	}
+	// The agent resolved the user in the image and gave it the workdir.
+	s.uid, s.gid = int(hello.UID), int(hello.GID)
 	n, err := s.agent.OOMKills(ctx)
 	if err != nil {
 		return s.initErr("the sandbox's agent did not answer", err)
 	}
 	s.oomSeen = int64(n)
 	return nil
+}
+
+// errAgentMissing is a container that did not start because the agent's
+// volume no longer holds the agent.
+var errAgentMissing = errors.New("sandbox: the agent's volume does not hold the agent")
+
+// discardContainer removes a container that createContainer made but that
+// did not start, so that it can be made again.
+func (s *Sandbox) discardContainer() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+	defer cancel()
+	if s.agent != nil {
+		s.agent.Close()
+	}
+	s.cli.ContainerRemove(ctx, s.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if s.attach.Conn != nil {
+		s.attach.Close()
+		<-s.agent.Done()
+	}
+	s.id, s.agent, s.attach = "", nil, types.HijackedResponse{}
 }
 
 // copyTo streams the tar archive r into directory dir of container id. The
@@ -691,6 +733,10 @@ func (t *tail) say() string {
 	}
 	return fmt.Sprintf(" (it said: %q)", bytes.TrimSpace(t.buf))
 }
+
+// userIDs is the sandbox user as "uid:gid", how commands get it by
+// default.
+func (s *Sandbox) userIDs() string { return fmt.Sprintf("%d:%d", s.uid, s.gid) }
 
 // ID returns the sandbox's container ID.
 func (s *Sandbox) ID() string {

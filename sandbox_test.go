@@ -1,6 +1,7 @@
 package sandbox_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -38,7 +40,8 @@ func TestSandboxHardening(t *testing.T) {
 	checks := []struct {
 		name, script, want string
 	}{
-		{"non-root", "id -u; id -g", "1000\n1000\n"},
+		// A user of its own: uid = gid, from 1,000,000,000 up.
+		{"non-root", `u=$(id -u); [ "$(id -g)" = "$u" ] && [ "$u" -ge 1000000000 ] && [ "$u" -lt 1900000000 ] && echo own`, "own\n"},
 		// Every capability set is empty, including the bounding set, so
 		// nothing can be regained by exec'ing a setuid or file-cap binary.
 		{"capabilities", "grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status | tr -s '\\t' ' '",
@@ -50,7 +53,7 @@ func TestSandboxHardening(t *testing.T) {
 		{"no docker socket", "find / -path /proc -prune -o -path /sys -prune -o -name '*docker.sock' -print 2>/dev/null; ls /var/run/docker.sock /run/docker.sock 2>&1 >/dev/null | wc -l", "2\n"},
 		{"loopback only", "ls /sys/class/net", "lo\n"},
 		{"no host mounts", "grep -cE ' /(home|root|etc/docker|var/lib/docker)( |/)' /proc/mounts", "0\n"},
-		{"workdir writable", "pwd; echo hi > f && cat f && stat -c '%u:%g' f . && echo $HOME", "/workspace\nhi\n1000:1000\n1000:1000\n/workspace\n"},
+		{"workdir writable", "pwd; echo hi > f && cat f && stat -c '%u:%g' f . | grep -cx \"$(id -u):$(id -g)\" && echo $HOME", "/workspace\nhi\n2\n/workspace\n"},
 		{"tmp writable", "echo hi > /tmp/f && cat /tmp/f", "hi\n"},
 		{"root read-only", "touch /x 2>&1 || true; touch /bin/x 2>&1 || true", "touch: /x: Read-only file system\ntouch: /bin/x: Read-only file system\n"},
 		{"no routes", "wc -l < /proc/net/route", "1\n"},
@@ -457,7 +460,7 @@ func TestSandboxAuditLog(t *testing.T) {
 		}
 		switch r.Message {
 		case "sandbox.create":
-			if a["image"].String() != busyboxImage || a["user"].String() != "1000:1000" {
+			if a["image"].String() != busyboxImage || !regexp.MustCompile(`^\d{10}:\d{10}$`).MatchString(a["user"].String()) {
 				t.Errorf("create attrs %v", a)
 			}
 		case "sandbox.exec":
@@ -509,7 +512,7 @@ func TestSandboxGVisor(t *testing.T) {
 	if !strings.Contains(r.Stdout, "Starting gVisor") {
 		t.Errorf("dmesg under runsc: %q", r.Stdout)
 	}
-	if r := execWant(t, sb, "id -u; cat /sys/class/net/*/operstate 2>/dev/null; ls /sys/class/net", 0); !strings.HasPrefix(r.Stdout, "1000\n") || !strings.HasSuffix(r.Stdout, "lo\n") {
+	if r := execWant(t, sb, "id -u; cat /sys/class/net/*/operstate 2>/dev/null; ls /sys/class/net", 0); strings.HasPrefix(r.Stdout, "0\n") || !strings.HasSuffix(r.Stdout, "lo\n") {
 		t.Errorf("user and network under runsc: %q", r.Stdout)
 	}
 
@@ -549,5 +552,67 @@ func TestSandboxGVisor(t *testing.T) {
 	}
 	if got, err := sb.ReadFile(testCtx(t), "g"); err != nil || string(got) != "made\n" {
 		t.Errorf("ReadFile of a file made inside: %q, %v", got, err)
+	}
+}
+
+// TestSandboxOwnUser: each sandbox runs as a user of its own, so limits the
+// kernel counts per user are not shared: one sandbox holding every inotify
+// instance its user may have (128) leaves another's inotify_init working.
+// The tools agents use work without a passwd entry for that user: id,
+// HOME, python, pip install --user, git.
+func TestSandboxOwnUser(t *testing.T) {
+	t.Parallel()
+	a, b := newPython(t), newPython(t)
+	ua, ub := mustExec(t, a, "id -u").Stdout, mustExec(t, b, "id -u").Stdout
+	if ua == ub {
+		t.Fatalf("two sandboxes share uid %s", ua)
+	}
+	const inotify = `python3 -c '
+import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+fds = []
+while True:
+    fd = libc.inotify_init()
+    if fd < 0:
+        break
+    fds.append(fd)
+print(len(fds), ctypes.get_errno(), flush=True)
+if sys.argv[1] == "hold":
+    time.sleep(120)
+' `
+	hold := a.Command(testCtx(t), "sh", "-c", inotify+"hold")
+	out, err := hold.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hold.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if !strings.HasPrefix(line, "128 24") { // EMFILE
+		t.Fatalf("sandbox a took %q inotify instances; want 128, then EMFILE", line)
+	}
+	if r := mustExec(t, b, inotify+"count"); r.Stdout != "128 24\n" {
+		t.Errorf("sandbox b beside a holding all of its user's: %q %q; want 128 of its own", r.Stdout, r.Stderr)
+	}
+	mustExec(t, a, "pkill -f inotify_init; true")
+	hold.Wait()
+
+	const tools = `set -e
+id
+echo "HOME=$HOME"
+python3 -c 'import pathlib; print(pathlib.Path.home())'
+mkdir -p pkg/hello && echo 'print("hello from pkg")' > pkg/hello/__init__.py
+printf 'from setuptools import setup\nsetup(name="hello", version="1", packages=["hello"])\n' > pkg/setup.py
+python3 -m pip install -q --user --break-system-packages --no-index --no-build-isolation ./pkg 2>&1 | grep -v WARNING || true
+cd "$HOME" && python3 -c 'import hello'
+ls -d .local/lib/python3*/site-packages/hello
+git init -q repo && cd repo && git -c user.name=a -c user.email=a@example.invalid commit -q --allow-empty -m first && git log --format=%s`
+	r := mustExec(t, a, tools)
+	u := strings.TrimSpace(ua)
+	for _, want := range []string{"uid=" + u + " gid=" + u, "HOME=/workspace\n/workspace\n", "hello from pkg\n", "site-packages/hello\n", "first\n"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("tools as a user without a passwd entry: exit %d, stdout %q, stderr %q; want %q", r.ExitCode, r.Stdout, r.Stderr, want)
+		}
 	}
 }

@@ -78,9 +78,9 @@ func snapRun(t testing.TB, sb *sandbox.Sandbox, script string, code int) string 
 // type, mode, owner, size, link count and (but for directories, whose
 // mtime changes as they are filled) mtime; the targets of symbolic links;
 // and checksums of regular files.
-const manifestScript = `cd "$HOME" &&
-find . ! -type d -exec stat -c '%n|%F|%a|%u:%g|%s|%h|%Y' {} \; | sort &&
-find . -type d -exec stat -c '%n|%F|%a|%u:%g' {} \; | sort &&
+const manifestScript = `cd "$HOME" && me="$(id -u):$(id -g)" &&
+find . ! -type d -exec stat -c '%n|%F|%a|%u:%g|%s|%h|%Y' {} \; | sed "s/|$me|/|me|/" | sort &&
+find . -type d -exec stat -c '%n|%F|%a|%u:%g' {} \; | sed "s/|$me\$/|me/" | sort &&
 find . -type l -exec sh -c 'printf "%s -> %s\n" "$1" "$(readlink "$1")"' _ {} \; | sort &&
 find . -type f -exec md5sum {} \; | sort`
 
@@ -128,22 +128,22 @@ func TestSnapshotContent(t *testing.T) {
 	snapRun(t, src, treeScript, 0)
 	before := manifest(t, src)
 	for _, want := range []string{
-		"./private|directory|700|1000:1000",
-		"./private/key|regular file|600|1000:1000|6|1|",
-		"./sticky|directory|1777|1000:1000",
-		"./tool.sh|regular file|755|1000:1000|",
-		"./readonly|regular file|444|1000:1000|",
-		"./a/b/c/deep.txt|regular file|644|1000:1000|5|2|",
-		"./old|regular empty file|644|1000:1000|0|1|981173106",
+		"./private|directory|700|me",
+		"./private/key|regular file|600|me|6|1|",
+		"./sticky|directory|1777|me",
+		"./tool.sh|regular file|755|me|",
+		"./readonly|regular file|444|me|",
+		"./a/b/c/deep.txt|regular file|644|me|5|2|",
+		"./old|regular empty file|644|me|0|1|981173106",
 		"./rel-link -> a/b/c/deep.txt",
 		"./abs-link -> /etc/passwd",
 		"./dangling -> does/not/exist",
 		"./cache -> ../tmp",
 		"./a/up-and-out -> ../../etc/passwd",
-		"./locked|directory|555|1000:1000",
-		"./unreadable|regular file|0|1000:1000|4|1|",
+		"./locked|directory|555|me",
+		"./unreadable|regular file|0|me|4|1|",
 		"./odd name\n", // sort splits the line with the newline
-		"\nwith newline|regular file|644|1000:1000|7|1|",
+		"\nwith newline|regular file|644|me|7|1|",
 	} {
 		if !strings.Contains(before, want) {
 			t.Fatalf("the source's manifest lacks %q:\n%s", want, before)
@@ -214,9 +214,14 @@ func TestSnapshotContent(t *testing.T) {
 	}
 	// The restored working directory is writable by the user, like the
 	// source's.
+	// Each is its own user's (the restored sandbox has a user of its own).
 	snapRun(t, r, `touch new && stat -c '%a %u:%g' . && test -w "$HOME"`, 0)
-	if got, want := snapRun(t, r, `stat -c '%a %u:%g' .`, 0), snapRun(t, src, `stat -c '%a %u:%g' .`, 0); got != want {
-		t.Errorf("restored workdir is %q, source's %q", got, want)
+	const own = `stat -c '%a %u:%g' . | grep -cx "755 $(id -u):$(id -g)"`
+	if got, want := snapRun(t, r, own, 0), snapRun(t, src, own, 0); got != "1\n" || got != want {
+		t.Errorf("restored workdir is its user's: %q, the source's: %q", got, want)
+	}
+	if a, b := snapRun(t, r, "id -u", 0), snapRun(t, src, "id -u", 0); a == b {
+		t.Errorf("the restored sandbox shares its source's user %s", a)
 	}
 	// Neither /tmp nor processes are captured.
 	snapRun(t, r, "test ! -e /tmp/ticks", 0)

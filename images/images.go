@@ -14,7 +14,7 @@
 //     the engine's API.
 //   - [PythonSlim]: a minimal Debian bookworm root file system with python3
 //     and nothing to build code with (no compilers, no headers).
-//   - [Python]: the same with numpy, pandas and matplotlib.
+//   - [Python]: the same with pip, git, numpy, pandas and matplotlib.
 //
 // The Python recipes run mmdebstrap (apt-get install mmdebstrap uidmap)
 // and need Debian's mirror (or a mirror set with DEBIAN_MIRROR) and a
@@ -60,7 +60,7 @@ const (
 	// PythonSlim is Debian bookworm with python3, procps and CA
 	// certificates: no compilers or development headers.
 	PythonSlim Recipe = "python-slim"
-	// Python is PythonSlim with numpy, pandas and matplotlib.
+	// Python is PythonSlim with pip, git, numpy, pandas and matplotlib.
 	Python Recipe = "python"
 )
 
@@ -69,7 +69,7 @@ const (
 var recipes = map[Recipe]struct{ dir, packages string }{
 	Busybox:    {dir: "busybox"},
 	PythonSlim: {dir: "python", packages: "python3,procps,ca-certificates"},
-	Python:     {dir: "python", packages: "python3,python3-numpy,python3-pandas,python3-matplotlib,procps,ca-certificates"},
+	Python:     {dir: "python", packages: "python3,python3-pip,python3-numpy,python3-pandas,python3-matplotlib,git,procps,ca-certificates"},
 }
 
 //go:embed recipes

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/agentsandbox/sandbox/internal/ident"
 	"github.com/agentsandbox/sandbox/internal/wire"
 )
 
@@ -147,7 +148,7 @@ func (a *agent) start(ch uint32, req wire.ExecRequest) {
 	if req.Stdin {
 		p.stdin = newInbox()
 	}
-	uid, gid, err := resolveUser(req.User)
+	uid, gid, err := ident.Resolve(req.User, "/etc/passwd", "/etc/group")
 	if err != nil {
 		a.fail(ch, fmt.Errorf("agent: %w", err))
 		return

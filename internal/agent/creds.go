@@ -10,8 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ident is the sandbox user a file operation runs as.
-type ident struct{ uid, gid uint32 }
+// fsID is the sandbox user a file operation runs as.
+type fsID struct{ uid, gid uint32 }
 
 // workers run file operations with the identity of the sandbox user, on
 // OS threads of their own. Linux keeps credentials per thread (the C
@@ -30,7 +30,7 @@ type workers struct {
 }
 
 type job struct {
-	id   ident
+	id   fsID
 	fn   func() error
 	done chan error
 }
@@ -47,7 +47,7 @@ func startWorkers(n int) *workers {
 
 func (w *workers) run(ready chan<- struct{}) {
 	runtime.LockOSThread() // never unlocked: the thread is this worker's
-	cur := ident{0, 0}
+	cur := fsID{0, 0}
 	ready <- struct{}{}
 	for j := range w.jobs {
 		if j.id != cur {
@@ -64,7 +64,7 @@ func (w *workers) run(ready chan<- struct{}) {
 // as runs fn on a worker with the file system identity id and returns its
 // error. fn must not wait for anything but the file system: input and
 // output travel outside it.
-func (w *workers) as(id ident, fn func() error) error {
+func (w *workers) as(id fsID, fn func() error) error {
 	j := job{id: id, fn: fn, done: make(chan error, 1)}
 	w.jobs <- j
 	return <-j.done
@@ -74,7 +74,7 @@ func (w *workers) as(id ident, fn func() error) error {
 // root first (which restores its capabilities to act), then the
 // supplementary groups (just id.gid), the group and the user. Real and
 // saved IDs stay root.
-func become(id ident) error {
+func become(id fsID) error {
 	const keep = ^uintptr(0) // -1: leave unchanged
 	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, 0, keep); e != 0 {
 		return fmt.Errorf("agent: setresuid(-1, 0, -1): %w", e)

@@ -197,7 +197,7 @@ func (a *agent) runFile(op *fileOp, req wire.FileRequest) wire.FileResult {
 	if !path.IsAbs(p) || path.Clean(p) != p {
 		return wire.FileResult{Err: &wire.FileError{Errno: uint32(syscall.EINVAL), Text: "path is not absolute and clean"}}
 	}
-	id := ident{req.Uid, req.Gid}
+	id := fsID{req.Uid, req.Gid}
 	var res wire.FileResult
 	var err error
 	out := &opOutput{a: a, op: op}
@@ -276,7 +276,7 @@ func tooLarge(limit int64) error {
 // links, as id. Anything else is refused before a byte is read: a
 // directory (EISDIR), a device, FIFO or socket (a link to /dev/zero must
 // not stream for ever; opening does not block on a FIFO).
-func (a *agent) openRegular(id ident, p string, flags int) (*os.File, unix.Stat_t, error) {
+func (a *agent) openRegular(id fsID, p string, flags int) (*os.File, unix.Stat_t, error) {
 	var st unix.Stat_t
 	var fd int
 	err := a.fs.as(id, func() error {
@@ -380,7 +380,7 @@ func typeName(m uint32) string {
 }
 
 // readFile sends the regular file p, refusing more than limit bytes.
-func (a *agent) readFile(ch uint32, id ident, p string, limit int64, out io.Writer) error {
+func (a *agent) readFile(ch uint32, id fsID, p string, limit int64, out io.Writer) error {
 	f, st, err := a.openRegular(id, p, 0)
 	if err != nil {
 		return err
@@ -411,7 +411,7 @@ func (a *agent) readFile(ch uint32, id ident, p string, limit int64, out io.Writ
 // the same directory, given permissions perm, then renamed over p. A
 // symbolic link or hard link at p is replaced, never written through;
 // readers see the old contents or the new, never a part.
-func (a *agent) writeFile(id ident, p string, perm uint32, in io.Reader) (int64, error) {
+func (a *agent) writeFile(id fsID, p string, perm uint32, in io.Reader) (int64, error) {
 	dir, base := path.Split(p)
 	if base == "" {
 		return 0, syscall.EISDIR
@@ -470,7 +470,7 @@ func (a *agent) writeFile(id ident, p string, perm uint32, in io.Reader) (int64,
 }
 
 // stat describes p, following a final symbolic link if follow.
-func (a *agent) stat(id ident, p string, follow bool) (wire.FileInfo, error) {
+func (a *agent) stat(id fsID, p string, follow bool) (wire.FileInfo, error) {
 	var st unix.Stat_t
 	err := a.fs.as(id, func() error {
 		flags := unix.O_PATH | unix.O_CLOEXEC
@@ -493,7 +493,7 @@ func info(st *unix.Stat_t) wire.FileInfo {
 
 // readDir sends the entries of directory p as wire directory records,
 // refusing listings of more than limit bytes.
-func (a *agent) readDir(id ident, p string, limit int64, out io.Writer) error {
+func (a *agent) readDir(id fsID, p string, limit int64, out io.Writer) error {
 	var fd int
 	err := a.fs.as(id, func() error {
 		var err error

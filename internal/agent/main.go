@@ -30,9 +30,11 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentsandbox/sandbox/internal/ident"
 	"github.com/agentsandbox/sandbox/internal/wire"
 )
 
@@ -44,8 +46,16 @@ const fileWorkers = 3
 
 func main() {
 	lifetime := flag.Duration("lifetime", 0, "exit after this long (0: never)")
+	user := flag.String("user", "0:0", "the sandbox user, given the working directory (the current one)")
 	flag.Parse()
-	if err := harden(); err != nil {
+	uid, gid, err := ident.Resolve(*user, "/etc/passwd", "/etc/group")
+	if err == nil {
+		err = takeWorkdir(uid, gid)
+	}
+	if err == nil {
+		err = harden()
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "agent: %v\n", err)
 		os.Exit(2)
 	}
@@ -81,7 +91,7 @@ func main() {
 	}
 	a := newAgent(os.Stdout, startWorkers(fileWorkers), newOOMScore())
 	go a.reap()
-	if err := a.w.WriteJSON(wire.Hello, 0, wire.Greeting{Version: version, PID: os.Getpid()}); err != nil {
+	if err := a.w.WriteJSON(wire.Hello, 0, wire.Greeting{Version: version, PID: os.Getpid(), UID: uid, GID: gid}); err != nil {
 		os.Exit(0)
 	}
 	a.serve(os.Stdin) // returns when stdin ends
@@ -102,12 +112,43 @@ var droppedSignals = []os.Signal{
 	syscall.SIGPWR, syscall.SIGSYS,
 }
 
+// takeWorkdir gives the working directory (the mount of the sandbox's
+// disk, made by root) to the sandbox user.
+func takeWorkdir(uid, gid uint32) error {
+	var st unix.Stat_t
+	if err := unix.Stat(".", &st); err != nil {
+		return fmt.Errorf("working directory: %w", err)
+	}
+	if st.Uid == uid && st.Gid == gid {
+		return nil
+	}
+	if err := unix.Chown(".", int(uid), int(gid)); err != nil {
+		return fmt.Errorf("giving the working directory to %d:%d: %w (does the container have CAP_CHOWN?)", uid, gid, err)
+	}
+	return nil
+}
+
 // harden makes the agent untouchable from the sandbox: not dumpable (its
-// /proc entries belong to root, and ptrace is refused), and with an empty
-// capability bounding set, which every process it starts inherits.
+// /proc entries belong to root, and ptrace is refused), with an empty
+// capability bounding set, which every process it starts inherits, and
+// without CAP_CHOWN, which it needed only to give the working directory
+// away.
 func harden() error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	for i := range data {
+		data[i].Effective &^= 1 << unix.CAP_CHOWN
+		data[i].Permitted &^= 1 << unix.CAP_CHOWN
+		data[i].Inheritable &^= 1 << unix.CAP_CHOWN
+	}
+	if _, _, errno := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); errno != 0 {
+		return fmt.Errorf("capset (dropping CAP_CHOWN): %w", errno)
 	}
 	// The bounding set is per thread, and a command inherits the set of
 	// whichever thread forks it: drop on every thread of the runtime.

@@ -76,3 +76,10 @@ func IsUnreachable(err error) bool {
 		IsTimeout(err) ||
 		strings.Contains(err.Error(), "Cannot connect to the Docker daemon")
 }
+
+// IsMissingEntrypoint reports whether err is the engine failing to start a
+// container because its entrypoint, path, does not exist in it.
+func IsMissingEntrypoint(err error, path string) bool {
+	return err != nil && strings.Contains(err.Error(), `exec: "`+path+`"`) &&
+		strings.Contains(err.Error(), "no such file or directory")
+}

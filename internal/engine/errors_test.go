@@ -52,3 +52,16 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// The engine's answer (seen here, Docker 20.10) when a container's
+// entrypoint is missing: the agent's volume emptied behind the library.
+func TestIsMissingEntrypoint(t *testing.T) {
+	err := errors.New(`Error response from daemon: failed to create shim task: OCI runtime create failed: runc create failed: ` +
+		`unable to start container process: exec: "/.sandbox-agent/agent": stat /.sandbox-agent/agent: no such file or directory: unknown`)
+	if !IsMissingEntrypoint(err, "/.sandbox-agent/agent") {
+		t.Error("not recognised")
+	}
+	if IsMissingEntrypoint(err, "/bin/sh") || IsMissingEntrypoint(errors.New("no such file or directory"), "/.sandbox-agent/agent") || IsMissingEntrypoint(nil, "x") {
+		t.Error("recognised wrongly")
+	}
+}

@@ -208,6 +208,8 @@ type KillResult struct {
 type Greeting struct {
 	Version string
 	PID     int
+	UID     uint32 // the sandbox user (its -user flag), resolved in the image
+	GID     uint32
 }
 
 // FileOp names a file operation.
