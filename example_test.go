@@ -31,12 +31,12 @@ func ExampleNew() {
 	}
 	defer sb.Close()
 
-	res, err := sb.Exec(ctx, `echo "$GREETING from $(id -u) in $PWD"`)
+	res, err := sb.Exec(ctx, `echo "$GREETING from $PWD"`)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Print(res.Stdout)
-	// Output: hello from 1000 in /workspace
+	// Output: hello from /workspace
 }
 
 func ExampleSandbox_Exec() {

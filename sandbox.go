@@ -35,6 +35,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/ident"
 	"github.com/agentsandbox/sandbox/internal/leftover"
 	"github.com/agentsandbox/sandbox/internal/pseudofs"
+	"github.com/agentsandbox/sandbox/internal/seccomp"
 )
 
 // DefaultImage is the image used when WithImage is not given.
@@ -559,6 +560,14 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 	if err != nil {
 		return err
 	}
+	arch, err := s.engineArch(ctx)
+	if err != nil {
+		return err
+	}
+	profile, err := json.Marshal(seccomp.Profile(arch))
+	if err != nil {
+		return fmt.Errorf("sandbox: seccomp profile: %w", err)
+	}
 	cc := &container.Config{
 		Image:        s.cfg.image,
 		Entrypoint:   []string{agentDir + "/agent", fmt.Sprintf("-lifetime=%ds", lifetime), "-user=" + s.user},
@@ -580,7 +589,7 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 		DNS:            dns,
 		CapDrop:        []string{"ALL"},
 		CapAdd:         agentCaps,
-		SecurityOpt:    []string{"no-new-privileges:true"},
+		SecurityOpt:    []string{"no-new-privileges:true", "seccomp=" + string(profile)},
 		ReadonlyRootfs: true,
 		LogConfig:      container.LogConfig{Type: "none"},
 		Runtime:        s.cfg.runtime,
