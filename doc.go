@@ -95,7 +95,8 @@
 //
 // # What is not covered
 //
-// Isolation is that of Docker containers (namespaces, cgroups, seccomp),
+// Isolation is that of Docker containers (namespaces, cgroups, the
+// library's seccomp profile),
 // sharing the host's kernel; use WithRuntime("runsc") for gVisor where the
 // engine has it. A disk on disk (an ext4 loop image) needs the library to
 // run as root on the engine's host; elsewhere the disk limit is a sized

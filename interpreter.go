@@ -149,6 +149,18 @@ type interpEvent struct {
 //
 // The process runs as the sandbox user in its working directory; Close
 // ends it. Closing the sandbox ends it too.
+//
+// What an Execution can be trusted for: everything in it is produced by
+// code in the sandbox, so it says what that code chose to say. The driver
+// runs in the same process as the code, which can reach the driver's
+// descriptor and memory and make a run report any output, value or error
+// (or none). What the library guarantees is that an Execution is bounded
+// (see its fields), that it belongs to its own Run (each run has a random
+// ID, so a message of an earlier run, or one written blindly to the
+// driver's descriptor, is dropped), and that timeouts, kills and a lost
+// state are the library's own findings. To grade what code did, run a
+// fresh command (Sandbox.Exec, Command): its exit status and output come
+// from the agent, which observes the process itself.
 func (s *Sandbox) Interpreter(ctx context.Context, lang string) (_ *Interpreter, err error) {
 	if err := s.check(); err != nil {
 		return nil, err

@@ -321,8 +321,9 @@ func newConfig(opts []Option) (config, error) {
 }
 
 // New creates and starts a sandbox. It is hardened without any option: a
-// non-root user with no capabilities, no-new-privileges, Docker's seccomp
-// profile and masked /proc paths, a read-only root filesystem, no network,
+// non-root user of its own (see WithUser) with no capabilities,
+// no-new-privileges, the library's seccomp profile (Docker's default and
+// stricter) and masked /proc paths, a read-only root filesystem, no network,
 // no host mounts or environment, an init process reaping zombies, and the
 // limits of DefaultLimits. Close it when done; it also ends on its own when
 // the calling process exits or Limits.Lifetime passes.
