@@ -206,7 +206,7 @@ display('shown')`)
 // the driver's protocol descriptor (found through display's globals, as a
 // hostile cell would). With the default limits (1 MiB OutputBytes, so
 // lines of several MiB pass), display messages whose MIME names are 5 MiB
-// each keep nothing and leave the host's heap flat; thousands of tiny
+// each (100 MiB in all) keep nothing and leave the host's heap flat; thousands of tiny
 // displays keep at most 1000 outputs; a forged "done" without the run's ID
 // changes nothing; and one with the ID (read from the driver's frames:
 // code in the driver's process can lie about its own run) ends only that
@@ -222,16 +222,16 @@ func TestInterpreterForgedMessages(t *testing.T) {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		ex := run(t, py, find+`line = ('{"t":"display","id":"%s","data":{"%s":""}}\n' % (rid, 'x' * (5 << 20))).encode()
-for i in range(100):
+for i in range(20):
     os.write(fd, line)
 'end'`)
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		if got := plain(t, ex); got != "'end'" || len(ex.Outputs) != 1 || !ex.Truncated {
-			t.Errorf("500 MiB of MIME names: %d outputs, truncated %v", len(ex.Outputs), ex.Truncated)
+			t.Errorf("100 MiB of MIME names: %d outputs, truncated %v", len(ex.Outputs), ex.Truncated)
 		}
 		grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-		t.Logf("500 MiB of MIME names: %d outputs, host heap %+.1f MiB", len(ex.Outputs), float64(grew)/(1<<20))
+		t.Logf("100 MiB of MIME names: %d outputs, host heap %+.1f MiB", len(ex.Outputs), float64(grew)/(1<<20))
 		if grew > 32<<20 {
 			t.Errorf("host heap grew by %d MiB", grew>>20)
 		}

@@ -432,9 +432,16 @@ echo g > proj/.git/HEAD; echo n > proj/pkg/.hidden; ln -s pkg proj/link`)
 		"Error: Cannot write /etc/motd: read-only file system.")
 	check(t, "read-only parent", ed("command", "create", "path", "/opt/tool/x.txt", "file_text", "hi"),
 		"Error: Cannot create directory /opt/tool: /opt: read-only file system.")
-	if got := ed("command", "view", "path", "/proc/self/status"); !strings.HasPrefix(got, "Here's the result of running `cat -n` on /proc/self/status:\n     1\tName:\t") {
-		t.Errorf("view /proc/self/status = %q", got)
+	if got := ed("command", "view", "path", "/proc/meminfo"); !strings.HasPrefix(got, "Here's the result of running `cat -n` on /proc/meminfo:\n     1\tMemTotal:") {
+		t.Errorf("view /proc/meminfo = %q", got)
 	}
+	// /proc/self is the agent's for file operations: refused, as it is to
+	// commands, also through a link the sandbox planted.
+	check(t, "agent's /proc", ed("command", "view", "path", "/proc/self/status"),
+		"Error: Cannot access /proc/self/status: permission denied.")
+	mustExec(t, sb, "ln -s /proc/self/maps /workspace/notes.txt")
+	check(t, "link to the agent's /proc", ed("command", "view", "path", "/workspace/notes.txt"),
+		"Error: Cannot access /workspace/notes.txt: permission denied.")
 	check(t, "device", ed("command", "view", "path", "/dev/zero"),
 		"Error: /dev/zero is not a regular file (a device); str_replace_editor handles text files and directories.")
 	check(t, "missing parent", ed("command", "view", "path", "/nonexistent/dir/file"),
