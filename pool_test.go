@@ -154,7 +154,7 @@ func TestPoolBadOptions(t *testing.T) {
 	if _, err := sandbox.NewPool(testCtx(t), 0); err == nil {
 		t.Error("NewPool of size 0 succeeded")
 	}
-	if _, err := sandbox.NewPool(testCtx(t), 1, sandbox.WithUser("bob")); err == nil {
+	if _, err := sandbox.NewPool(testCtx(t), 1, sandbox.WithUser("bob smith")); err == nil {
 		t.Error("NewPool with a bad user succeeded")
 	}
 }

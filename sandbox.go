@@ -657,6 +657,10 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 		return s.engineErr("start container", err)
 	}
 	hello, err := s.agent.Ready(ctx)
+	if said := s.stderr.String(); errors.Is(err, agentconn.ErrGone) && said != "" {
+		// It said why it stopped: a user the image does not have, say.
+		return fmt.Errorf("sandbox: the sandbox's agent did not start: %s", said)
+	}
 	if err != nil {
 		return s.initErr("the sandbox's agent did not start"+s.stderr.say(), err)
 	}
@@ -732,6 +736,13 @@ func (t *tail) Write(p []byte) (int, error) {
 		t.buf = append([]byte(nil), t.buf[len(t.buf)-4096:]...)
 	}
 	return len(p), nil
+}
+
+// String returns what was written, without surrounding space.
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(bytes.TrimSpace(t.buf))
 }
 
 // say returns ` (it said: "...")` with what was written, or "".

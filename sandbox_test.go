@@ -116,8 +116,10 @@ func TestSandboxOptionsRefused(t *testing.T) {
 		{"workdir sneaking into /proc", sandbox.WithWorkdir("/work/../proc/1"), "/proc"},
 		{"relative workdir", sandbox.WithWorkdir("relative"), "not an absolute path"},
 		{"workdir /", sandbox.WithWorkdir("/"), `"/"`},
-		{"user name", sandbox.WithUser("nobody"), "must be numeric"},
-		{"negative user", sandbox.WithUser("-1"), "must be numeric"},
+		{"user with a space", sandbox.WithUser("no body"), "is not"},
+		{"empty group", sandbox.WithUser("1000:"), "is not"},
+		// A name the image does not have: the agent says so at start.
+		{"unknown user", sandbox.WithUser("nobody-here"), `user "nobody-here": not found in /etc/passwd`},
 		{"env without =", sandbox.WithEnv("BAD"), `"BAD" is not KEY=value`},
 		{"env empty key", sandbox.WithEnv("=x"), "not KEY=value"},
 		{"reserved label", sandbox.WithLabels(map[string]string{engine.LabelOwner: "someone-else"}), "reserved"},
