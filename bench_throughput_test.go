@@ -70,10 +70,10 @@ func BenchmarkExecThroughput(b *testing.B) {
 			})...)
 		}
 		b.StopTimer()
-		after := processCPU()
+		used := cpuSince(before, processCPU())
 		execs := float64(len(lat))
 		for _, p := range []string{"agent", "lib", "dockerd", "shim", "fuse"} {
-			b.ReportMetric(float64(after[p]-before[p])/execs/float64(time.Millisecond), p+"-ms")
+			b.ReportMetric(float64(used[p])/execs/float64(time.Millisecond), p+"-ms")
 		}
 		reportThroughput(b, lat)
 	})
@@ -117,16 +117,24 @@ func reportThroughput(b *testing.B, lat []time.Duration) {
 	b.ReportMetric(pct(0.99), "p99-ms")
 }
 
+// procCPU is a process's name (see processCPU) and the CPU time it has
+// used so far.
+type procCPU struct {
+	name string
+	used time.Duration
+}
+
 // processCPU returns the CPU time (user + system) used so far by the
-// processes an Exec goes through, by name: every sandbox agent ("agent"),
+// processes an Exec goes through, by PID: every sandbox agent ("agent"),
 // this process ("lib"), dockerd, the containerd shims ("shim") and
 // fuse-overlayfs ("fuse"). A process's children's time is not counted.
-func processCPU() map[string]time.Duration {
+func processCPU() map[int]procCPU {
 	const tick = 10 * time.Millisecond // USER_HZ is 100 on Linux
-	out := map[string]time.Duration{}
-	self := strconv.Itoa(os.Getpid())
+	out := map[int]procCPU{}
+	self := os.Getpid()
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
+		pid, _ := strconv.Atoi(filepath.Base(d))
 		b, err := os.ReadFile(d + "/stat")
 		if err != nil {
 			continue
@@ -144,12 +152,25 @@ func processCPU() map[string]time.Duration {
 		ut, _ := strconv.ParseInt(f[11], 10, 64)
 		st, _ := strconv.ParseInt(f[12], 10, 64)
 		name := map[string]string{"agent": "agent", "dockerd": "dockerd", "containerd-shim": "shim", "fuse-overlayfs": "fuse"}[comm]
-		if filepath.Base(d) == self {
+		if pid == self {
 			name = "lib"
 		}
 		if name != "" {
-			out[name] += time.Duration(ut+st) * tick
+			out[pid] = procCPU{name, time.Duration(ut+st) * tick}
 		}
 	}
 	return out
+}
+
+// cpuSince sums by name the CPU time processes used between two
+// processCPU snapshots, counting only processes in both (one that ended
+// or started meanwhile, such as another test's sandbox, is left out).
+func cpuSince(before, after map[int]procCPU) map[string]time.Duration {
+	sum := map[string]time.Duration{}
+	for pid, a := range after {
+		if b, ok := before[pid]; ok && b.name == a.name {
+			sum[a.name] += a.used - b.used
+		}
+	}
+	return sum
 }

@@ -33,8 +33,10 @@ type agent struct {
 	files   map[uint32]*fileOp
 	nextTag uint32
 
-	fs  *workers  // run file operations as the sandbox user
-	oom *oomScore // the agent's own oom_score_adj, raised around forks
+	fs      *workers  // run file operations as the sandbox user
+	oom     *oomScore // the agent's own oom_score_adj, raised around forks
+	env     []string  // the agent's environment: every command's, before its own
+	devNull int       // /dev/null, the stdin of commands without one
 }
 
 // proc is one command.
@@ -52,10 +54,48 @@ type proc struct {
 }
 
 func newAgent(out io.Writer, fs *workers, oom *oomScore) *agent {
+	null, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		null = -1 // commands without stdin then fail to start, saying so
+	}
 	return &agent{
 		w: wire.NewWriter(out), byChan: map[uint32]*proc{}, byPID: map[int]*proc{},
-		files: map[uint32]*fileOp{}, fs: fs, oom: oom,
+		files: map[uint32]*fileOp{}, fs: fs, oom: oom, env: os.Environ(), devNull: null,
 	}
+}
+
+// pipes makes the pipes between the agent and a command, and holds the
+// command's ends until they are handed over.
+type pipes struct {
+	child []uintptr // the command's ends, in the order made
+}
+
+// pipe makes a pipe. If toAgent, the command writes and the agent reads;
+// else the agent writes (stdin). It returns the agent's end.
+func (p *pipes) pipe(toAgent bool) (*os.File, error) {
+	var fd [2]int
+	if err := syscall.Pipe2(fd[:], syscall.O_CLOEXEC); err != nil {
+		return nil, err
+	}
+	mine, theirs := fd[0], fd[1]
+	if !toAgent {
+		mine, theirs = fd[1], fd[0]
+	}
+	if err := syscall.SetNonblock(mine, true); err != nil {
+		syscall.Close(mine)
+		syscall.Close(theirs)
+		return nil, err
+	}
+	p.child = append(p.child, uintptr(theirs))
+	return os.NewFile(uintptr(mine), "|"), nil
+}
+
+// close closes the command's ends (once).
+func (p *pipes) close() {
+	for _, fd := range p.child {
+		syscall.Close(int(fd))
+	}
+	p.child = nil
 }
 
 // send writes a frame; if the library is gone, the agent exits (which ends
@@ -153,7 +193,7 @@ func (a *agent) start(ch uint32, req wire.ExecRequest) {
 		a.fail(ch, fmt.Errorf("agent: %w", err))
 		return
 	}
-	env := mergeEnv(os.Environ(), req.Env)
+	env := mergeEnv(a.env, req.Env)
 	path, err := lookPath(req.Args[0], env)
 	if err != nil {
 		// As a shell would: the command runs, says why on stderr, and
@@ -169,42 +209,41 @@ func (a *agent) start(ch uint32, req wire.ExecRequest) {
 		a.sendJSON(wire.Exited, ch, wire.Exit{Code: code})
 		return
 	}
-	stdoutR, stdoutW, err := os.Pipe()
-	if err != nil {
-		a.fail(ch, err)
-		return
-	}
-	stderrR, stderrW, err := os.Pipe()
-	if err != nil {
-		stdoutR.Close()
-		stdoutW.Close()
-		a.fail(ch, err)
-		return
-	}
-	var stdinR, stdinW *os.File
+	// Raw pipes: the command's ends are plain blocking descriptors handed
+	// to it, never the Go runtime's; the agent's ends are non-blocking
+	// files read (or written) through its poller.
+	var fds pipes
+	defer fds.close()
+	stdout, err1 := fds.pipe(true)
+	stderr, err2 := fds.pipe(true)
+	var stdinW *os.File
+	var err3 error
 	if req.Stdin {
-		stdinR, stdinW, err = os.Pipe()
-	} else {
-		stdinR, err = os.Open(os.DevNull)
+		stdinW, err3 = fds.pipe(false)
+	} else if a.devNull < 0 {
+		err3 = errors.New("no /dev/null")
 	}
-	if err != nil {
-		for _, f := range []*os.File{stdoutR, stdoutW, stderrR, stderrW} {
-			f.Close()
-		}
-		a.fail(ch, err)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		stdout.Close()
+		stderr.Close()
+		a.fail(ch, fmt.Errorf("agent: pipes: %w", err))
 		return
 	}
-	attr := &os.ProcAttr{
+	stdin := uintptr(a.devNull)
+	if req.Stdin {
+		stdin = fds.child[2]
+	}
+	attr := &syscall.ProcAttr{
 		Dir:   req.Dir,
 		Env:   env,
-		Files: []*os.File{stdinR, stdoutW, stderrW},
-		Sys: &syscall.SysProcAttr{
-			Setsid: true,
-		},
+		Files: []uintptr{stdin, fds.child[0], fds.child[1]},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
 	}
 	a.mu.Lock()
 	if _, dup := a.byChan[ch]; dup {
 		a.mu.Unlock()
+		stdout.Close()
+		stderr.Close()
 		a.fail(ch, fmt.Errorf("agent: channel %d is in use", ch))
 		return
 	}
@@ -213,33 +252,28 @@ func (a *agent) start(ch uint32, req wire.ExecRequest) {
 	attr.Sys.Credential = &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{gid, p.tag}}
 	// Under a.mu: the reaper cannot collect the child before it is known
 	// (and forks, which change the agent's oom_score_adj, take turns).
-	var child *os.Process
-	a.oom.forking(func() { child, err = os.StartProcess(path, req.Args, attr) })
+	a.oom.forking(func() { p.pid, err = syscall.ForkExec(path, req.Args, attr) })
 	if err == nil {
-		p.pid = child.Pid
-		child.Release()
 		a.byChan[ch] = p
 		a.byPID[p.pid] = p
 	}
 	a.mu.Unlock()
-	stdinR.Close()
-	stdoutW.Close()
-	stderrW.Close()
+	fds.close() // the command's ends: the command has them now
 	if err != nil {
-		stdoutR.Close()
-		stderrR.Close()
+		stdout.Close()
+		stderr.Close()
 		if stdinW != nil {
 			stdinW.Close()
 		}
-		a.fail(ch, fmt.Errorf("agent: start %s: %w", req.Args[0], unwrapSyscall(err)))
+		a.fail(ch, fmt.Errorf("agent: start %s: %w", req.Args[0], err))
 		return
 	}
 	a.sendJSON(wire.Started, ch, wire.Start{PID: p.pid})
 	if stdinW != nil {
 		go a.writeStdin(p, stdinW)
 	}
-	go a.pump(p, stdoutR, wire.Stdout)
-	go a.pump(p, stderrR, wire.Stderr)
+	go a.pump(p, stdout, wire.Stdout)
+	go a.pump(p, stderr, wire.Stderr)
 }
 
 // writeStdin writes the command's stdin as it arrives and acknowledges

@@ -2,7 +2,15 @@
 
 package main
 
-import "testing"
+import (
+	"bytes"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/sandbox/internal/wire"
+)
 
 func TestStatusFields(t *testing.T) {
 	st := []byte("Name:\tx\\nGroups:\\t7\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t12\n" +
@@ -91,4 +99,90 @@ func TestInbox(t *testing.T) {
 	if n != 100000 {
 		t.Errorf("%d bytes, want 100000", n)
 	}
+}
+
+// recorder counts the writes it gets and keeps their bytes.
+type recorder struct {
+	mu     sync.Mutex
+	writes int
+	buf    bytes.Buffer
+	block  chan struct{} // if not nil, each write waits for it
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.block != nil {
+		<-r.block
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writes++
+	return r.buf.Write(p)
+}
+
+func (r *recorder) snapshot() (int, []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.writes, bytes.Clone(r.buf.Bytes())
+}
+
+// A short command's frames go out in one write when its last one (Exited)
+// comes; order is kept; a lone lazy frame goes out after batchDelay.
+func TestBatcher(t *testing.T) {
+	r := &recorder{}
+	w := wire.NewWriter(newBatcher(r))
+	w.WriteJSON(wire.Started, 1, wire.Start{PID: 7})
+	w.Write(wire.Stdout, 1, []byte("hi\n"))
+	w.Write(wire.Stdout, 1, nil)
+	w.Write(wire.Stderr, 1, nil)
+	w.WriteJSON(wire.Exited, 1, wire.Exit{})
+	deadline := time.Now().Add(5 * time.Second)
+	for n, _ := r.snapshot(); n == 0 && time.Now().Before(deadline); n, _ = r.snapshot() {
+		time.Sleep(time.Millisecond)
+	}
+	n, data := r.snapshot()
+	if n != 1 {
+		t.Errorf("%d writes for one short command, want 1", n)
+	}
+	var kinds []wire.Kind
+	for rd := bytes.NewReader(data); ; {
+		f, err := wire.ReadFrame(rd)
+		if err != nil {
+			break
+		}
+		kinds = append(kinds, f.Kind)
+	}
+	if want := []wire.Kind{wire.Started, wire.Stdout, wire.Stdout, wire.Stderr, wire.Exited}; !slices.Equal(kinds, want) {
+		t.Errorf("frames %v, want %v", kinds, want)
+	}
+	start := time.Now()
+	w.Write(wire.Stdout, 2, []byte("later"))
+	for n, _ := r.snapshot(); n == 1; n, _ = r.snapshot() {
+		time.Sleep(100 * time.Microsecond)
+	}
+	if d := time.Since(start); d < batchDelay/2 {
+		t.Errorf("a lone output frame went out after %v, before the batch delay %v", d, batchDelay)
+	}
+}
+
+// A library that does not read holds the agent back: a writer waits while
+// the write before is not taken, and goes on when it is.
+func TestBatcherBackpressure(t *testing.T) {
+	r := &recorder{block: make(chan struct{})}
+	b := newBatcher(r)
+	w := wire.NewWriter(b)
+	done := make(chan struct{})
+	go func() {
+		chunk := make([]byte, wire.MaxData)
+		for range 3 * batchSize / wire.MaxData {
+			w.Write(wire.Stdout, 1, chunk)
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+		t.Fatal("192 KiB written past a writer that takes nothing")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(r.block)
+	<-done
 }

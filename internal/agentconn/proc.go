@@ -149,13 +149,20 @@ func (p *Proc) Close() {
 
 // stream is output received and not yet read.
 type stream struct {
-	mu   sync.Mutex
-	bufs [][]byte // frames' payloads, not yet read (owned: ReadFrame allocates each)
-	held int      // bytes in bufs: never more than the window the agent was given
-	err  error
-	wake chan struct{}
-	ack  func(n int)
+	mu      sync.Mutex
+	bufs    [][]byte // frames' payloads, not yet read (owned: ReadFrame allocates each)
+	held    int      // bytes in bufs: never more than the window the agent was given
+	unacked int      // bytes read and not yet acknowledged: less than ackEvery
+	err     error
+	wake    chan struct{}
+	ack     func(n int)
 }
+
+// ackEvery is how many bytes of output are read before the agent is told:
+// a quarter of its window, so that it never runs out of credit while the
+// reader keeps up, and a command's short output costs no acknowledgement
+// (each is a write through the engine's relays).
+const ackEvery = wire.Window / 4
 
 func newStream(ack func(int)) *stream {
 	return &stream{wake: make(chan struct{}, 1), ack: ack}
@@ -216,10 +223,15 @@ func (s *stream) tryRead(p []byte) (n int, ok bool, err error) {
 			s.bufs[0] = nil
 			s.bufs = s.bufs[1:]
 		}
-		ended := s.err != nil
+		ack := 0
+		if s.err == nil {
+			if s.unacked += n; s.unacked >= ackEvery {
+				ack, s.unacked = s.unacked, 0
+			}
+		}
 		s.mu.Unlock()
-		if !ended {
-			s.ack(n)
+		if ack > 0 {
+			s.ack(ack)
 		}
 		return n, true, nil
 	}
