@@ -328,6 +328,23 @@ func BenchmarkExecWarm(b *testing.B) {
 		}
 		reportCPU(b, cpu)
 	})
+	// The command's own cost, the floor under any way of running it:
+	// sh -c true started by a shell loop inside the sandbox (ns/op is per
+	// command; an op runs 50).
+	b.Run("impl=inside", func(b *testing.B) {
+		sb := newSandbox(b)
+		ctx := b.Context()
+		const per = 50
+		var took time.Duration
+		for b.Loop() {
+			r, err := sb.Exec(ctx, fmt.Sprintf("i=0; while [ $i -lt %d ]; do sh -c true; i=$((i+1)); done", per))
+			if err != nil || r.ExitCode != 0 {
+				b.Fatal(r, err)
+			}
+			took += r.Duration
+		}
+		b.ReportMetric(float64(took.Nanoseconds())/float64(b.N*per), "ns/op")
+	})
 }
 
 // BenchmarkFiles1MiB measures writing a 1 MiB file and reading it back.

@@ -1,7 +1,10 @@
 package sandbox_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/agentsandbox/sandbox"
@@ -173,4 +177,64 @@ func cpuSince(before, after map[int]procCPU) map[string]time.Duration {
 		}
 	}
 	return sum
+}
+
+// BenchmarkRelayEcho is the floor of the engine's relay, which every frame
+// between the library and a sandbox's agent crosses (dockerd and the
+// container's shim, both ways): a bare container whose main process is
+// cat, attached as a sandbox's agent is, echoes 64 bytes (a frame's size
+// for a short command) per op. A warm Exec is one such round trip (its
+// request, then its answer in one batch) plus the command itself. Metrics:
+// the round trip's time and the CPU dockerd and the shim spend on it.
+func BenchmarkRelayEcho(b *testing.B) {
+	cli := benchClient(b)
+	ctx := b.Context()
+	cc, hc := floorConfigOf(busyboxImage)
+	cc.Cmd = []string{"cat"}
+	cc.AttachStdin, cc.AttachStdout, cc.AttachStderr, cc.OpenStdin, cc.StdinOnce = true, true, true, true, true
+	hc.LogConfig = container.LogConfig{Type: "none"}
+	created, err := cli.ContainerCreate(ctx, cc, hc, nil, nil, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { floorRemove(cli, created.ID) })
+	h, err := cli.ContainerAttach(ctx, created.ID, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	msg := bytes.Repeat([]byte("x"), 63)
+	msg = append(msg, '\n')
+	hdr := make([]byte, 8)
+	got := make([]byte, len(msg))
+	echo := func() {
+		if _, err := h.Conn.Write(msg); err != nil {
+			b.Fatal(err)
+		}
+		// One multiplexed frame: 8-byte header, then the bytes.
+		for n := 0; n < len(msg); {
+			if _, err := io.ReadFull(h.Reader, hdr); err != nil {
+				b.Fatal(err)
+			}
+			size := int(binary.BigEndian.Uint32(hdr[4:]))
+			if _, err := io.ReadFull(h.Reader, got[n:n+size]); err != nil {
+				b.Fatal(err)
+			}
+			n += size
+		}
+	}
+	for range 10 {
+		echo()
+	}
+	before := processCPU()
+	for b.Loop() {
+		echo()
+	}
+	used := cpuSince(before, processCPU())
+	for _, p := range []string{"lib", "dockerd", "shim"} {
+		b.ReportMetric(float64(used[p])/float64(b.N)/float64(time.Millisecond), p+"-ms")
+	}
 }

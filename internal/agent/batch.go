@@ -5,44 +5,43 @@ package main
 import (
 	"io"
 	"os"
+	"runtime"
 	"sync"
-	"time"
 
 	"github.com/agentsandbox/sandbox/internal/wire"
 )
 
 // Frames to the library go out in batches: every write the agent makes is
 // also a read and a write for the engine's relays (the container's shim,
-// dockerd) and a read for the library, so a short command's frames —
-// Started, its output, the two ends of stream, Exited — are better sent in
-// one write than in five. Frames that answer a request or end one
-// (Exited, Done, Pong...) are written at once, with every frame before
-// them; the others (Started, output, acknowledgements) wait at most
-// batchDelay for company, or until batchSize bytes are pending. Order is
-// kept.
-const (
-	batchDelay = 2 * time.Millisecond
-	batchSize  = 64 << 10
-)
+// dockerd) and a read for the library, so frames that come together — at
+// a command's end its last output, the two ends of stream and Exited — are
+// better sent in one write than in four. Frames that answer a request or
+// end one (Exited, Done, Pong...) are written at once, with every frame
+// before them. The others (Started, output, acknowledgements) are written
+// as soon as the agent has nothing else it can do right away: a flusher
+// goroutine yields to every goroutine that can run (those about to add
+// frames of their own) before it writes. No timer is involved, so nothing
+// waits longer than that (a timer would add up to a millisecond: the
+// runtime's poller sleeps in whole milliseconds), which matters because
+// output is also a reply: an interpreter's result is a line of output.
+// Order is kept; batchSize bytes pending are written at once.
+const batchSize = 64 << 10
 
 // batcher is the agent's output: an io.Writer of whole frames (as
-// wire.Writer writes them) that batches them onto w. The write happens in
-// the goroutine of the frame that calls for it (or of the delay's timer):
-// no goroutine is woken for it, and a writer waits while w is busy, as it
-// would for a full pipe.
+// wire.Writer writes them) that batches them onto w. A writer waits while
+// w is busy, as it would for a full pipe.
 type batcher struct {
-	w io.Writer
-	t *time.Timer // flushes lazy frames after batchDelay
+	w    io.Writer
+	kick chan struct{} // wakes the flusher
 
 	mu      sync.Mutex // held while pending is written: order is kept
 	pending []byte
-	armed   bool
+	armed   bool // the flusher was kicked and has not flushed yet
 }
 
 func newBatcher(w io.Writer) *batcher {
-	b := &batcher{w: w}
-	b.t = time.AfterFunc(time.Hour, b.flush)
-	b.t.Stop()
+	b := &batcher{w: w, kick: make(chan struct{}, 1)}
+	go b.flusher()
 	return b
 }
 
@@ -61,25 +60,32 @@ func (b *batcher) Write(p []byte) (int, error) {
 		b.writeLocked()
 	case !b.armed:
 		b.armed = true
-		b.t.Reset(batchDelay)
+		select {
+		case b.kick <- struct{}{}:
+		default:
+		}
 	}
 	return len(p), nil
 }
 
-// flush writes what is pending (the delay is over).
-func (b *batcher) flush() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.writeLocked()
+// flusher writes lazy frames once every goroutine that could add to them
+// has had its turn.
+func (b *batcher) flusher() {
+	for range b.kick {
+		runtime.Gosched()
+		runtime.Gosched()
+		b.mu.Lock()
+		if b.armed {
+			b.writeLocked()
+		}
+		b.mu.Unlock()
+	}
 }
 
 // writeLocked writes what is pending. If the library is gone, the agent
 // exits (which ends the container).
 func (b *batcher) writeLocked() {
-	if b.armed {
-		b.t.Stop()
-		b.armed = false
-	}
+	b.armed = false
 	if len(b.pending) == 0 {
 		return
 	}
