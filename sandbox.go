@@ -830,8 +830,8 @@ func (s *Sandbox) engineErr(op string, err error) error {
 	case engine.IsUnreachable(err):
 		return fmt.Errorf("%w at %s: %s: is dockerd running? (%v)",
 			ErrEngineUnavailable, engine.Host(s.cfg.host), op, err)
-	case s.id != "" && (engine.IsNotFound(err) || engine.IsConflict(err)):
-		switch s.stateNow() {
+	case s.id != "" && engine.MayBeState(err):
+		switch s.stateAfterFailure() {
 		case stateGone:
 			return s.goneErr(op, err)
 		case statePaused:
@@ -839,6 +839,39 @@ func (s *Sandbox) engineErr(op string, err error) error {
 		}
 	}
 	return fmt.Errorf("sandbox: %s: %w", op, err)
+}
+
+// stateAfterFailure says what state the container is in after the engine
+// refused a request about it. The engine's view can lag behind: a
+// container killed a moment ago may still be "running" to it, and its
+// refusal then names no state. The end of the agent's stream is the
+// sandbox's own sign of its end, so it is asked first, and waited for a
+// moment if the engine sees the container running.
+func (s *Sandbox) stateAfterFailure() containerState {
+	if s.agentEnded(0) {
+		return stateGone
+	}
+	st := s.stateNow()
+	if (st == stateRunning || st == stateUnknown) && s.agentEnded(time.Second) {
+		return stateGone
+	}
+	return st
+}
+
+// agentEnded reports whether the stream from the sandbox's agent has
+// ended, or ends within wait.
+func (s *Sandbox) agentEnded(wait time.Duration) bool {
+	if s.agent == nil {
+		return false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-s.agent.Done():
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // initErr is the error for a request to the sandbox's init process that

@@ -83,3 +83,11 @@ func IsMissingEntrypoint(err error, path string) bool {
 	return err != nil && strings.Contains(err.Error(), `exec: "`+path+`"`) &&
 		strings.Contains(err.Error(), "no such file or directory")
 }
+
+// MayBeState reports whether err is a refusal that the state of the
+// container it was about may explain: not found, a conflict (not running,
+// paused), or the engine's internal or unknown errors (a container that
+// died while the request was carried out, before the engine noticed).
+func MayBeState(err error) bool {
+	return IsNotFound(err) || IsConflict(err) || cerrdefs.IsInternal(err) || cerrdefs.IsUnknown(err)
+}

@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/errdefs"
 )
 
 // The engine's answers as the docker client returns them: a class from the
@@ -63,5 +65,19 @@ func TestIsMissingEntrypoint(t *testing.T) {
 	}
 	if IsMissingEntrypoint(err, "/bin/sh") || IsMissingEntrypoint(errors.New("no such file or directory"), "/.sandbox-agent/agent") || IsMissingEntrypoint(nil, "x") {
 		t.Error("recognised wrongly")
+	}
+}
+
+// The refusals a container's state may explain, as the client returns
+// them for the engine's HTTP statuses (404, 409, 500).
+func TestMayBeState(t *testing.T) {
+	for status, want := range map[int]bool{404: true, 409: true, 500: true, 400: false, 403: false} {
+		err := fmt.Errorf("Error response from daemon: x: %w", errdefs.FromStatusCode(errors.New("x"), status))
+		if got := MayBeState(err); got != want {
+			t.Errorf("status %d: MayBeState = %v, want %v", status, got, want)
+		}
+	}
+	if MayBeState(errors.New("plain")) || MayBeState(context.Canceled) {
+		t.Error("MayBeState of a plain error or a cancel")
 	}
 }
