@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/errdefs"
 )
 
 // The engine's answers as the docker client returns them: a class from the
@@ -71,10 +70,11 @@ func TestIsMissingEntrypoint(t *testing.T) {
 // The refusals a container's state may explain, as the client returns
 // them for the engine's HTTP statuses (404, 409, 500).
 func TestMayBeState(t *testing.T) {
-	for status, want := range map[int]bool{404: true, 409: true, 500: true, 400: false, 403: false} {
-		err := fmt.Errorf("Error response from daemon: x: %w", errdefs.FromStatusCode(errors.New("x"), status))
+	for class, want := range map[error]bool{cerrdefs.ErrNotFound: true, cerrdefs.ErrConflict: true, cerrdefs.ErrInternal: true,
+		cerrdefs.ErrUnknown: true, cerrdefs.ErrInvalidArgument: false, cerrdefs.ErrPermissionDenied: false} {
+		err := fmt.Errorf("Error response from daemon: x: %w", class)
 		if got := MayBeState(err); got != want {
-			t.Errorf("status %d: MayBeState = %v, want %v", status, got, want)
+			t.Errorf("%v: MayBeState = %v, want %v", class, got, want)
 		}
 	}
 	if MayBeState(errors.New("plain")) || MayBeState(context.Canceled) {

@@ -60,9 +60,6 @@ func Profile(arch string) *specs.LinuxSeccomp {
 			continue
 		}
 		names := slices.DeleteFunc(slices.Clone(s.Names), func(n string) bool { return slices.Contains(Removed, n) })
-		if s.Name != "" && !slices.Contains(Removed, s.Name) {
-			names = append(names, s.Name)
-		}
 		if len(names) == 0 {
 			continue
 		}
