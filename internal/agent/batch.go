@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/agentsandbox/sandbox/internal/wire"
 )
@@ -14,18 +15,26 @@ import (
 // Frames to the library go out in batches: every write the agent makes is
 // also a read and a write for the engine's relays (the container's shim,
 // dockerd) and a read for the library, so frames that come together — at
-// a command's end its last output, the two ends of stream and Exited — are
-// better sent in one write than in four. Frames that answer a request or
-// end one (Exited, Done, Pong...) are written at once, with every frame
-// before them. The others (Started, output, acknowledgements) are written
-// as soon as the agent has nothing else it can do right away: a flusher
-// goroutine yields to every goroutine that can run (those about to add
-// frames of their own) before it writes. No timer is involved, so nothing
-// waits longer than that (a timer would add up to a millisecond: the
-// runtime's poller sleeps in whole milliseconds), which matters because
-// output is also a reply: an interpreter's result is a line of output.
+// a command's end the two ends of stream and Exited, with Started when the
+// command was short — are better sent in one write than in four. Three
+// classes of frame:
+//
+//   - Frames that answer a request or end one (Exited, Done, Pong...) are
+//     written at once, with every frame before them.
+//   - Output is written as soon as the agent has nothing else it can do
+//     right away: a flusher goroutine yields to every goroutine that can
+//     run before it writes. Output is also a reply (an interpreter's
+//     result is a line of output), so it must not wait for a timer: the
+//     runtime's poller sleeps in whole milliseconds.
+//   - Frames nobody waits for — Started, the ends of stream, which Exited
+//     always follows, and acknowledgements — wait up to batchDelay for
+//     company.
+//
 // Order is kept; batchSize bytes pending are written at once.
-const batchSize = 64 << 10
+const (
+	batchDelay = 2 * time.Millisecond
+	batchSize  = 64 << 10
+)
 
 // batcher is the agent's output: an io.Writer of whole frames (as
 // wire.Writer writes them) that batches them onto w. A writer waits while
@@ -33,21 +42,20 @@ const batchSize = 64 << 10
 type batcher struct {
 	w    io.Writer
 	kick chan struct{} // wakes the flusher
+	t    *time.Timer   // flushes after batchDelay
 
 	mu      sync.Mutex // held while pending is written: order is kept
 	pending []byte
-	armed   bool // the flusher was kicked and has not flushed yet
+	kicked  bool // the flusher was kicked and has not flushed yet
+	timed   bool // the timer runs
 }
 
 func newBatcher(w io.Writer) *batcher {
 	b := &batcher{w: w, kick: make(chan struct{}, 1)}
+	b.t = time.AfterFunc(time.Hour, b.flush)
+	b.t.Stop()
 	go b.flusher()
 	return b
-}
-
-// lazy reports whether a frame of kind k may wait for others.
-func lazy(k wire.Kind) bool {
-	return k == wire.Started || k == wire.Stdout || k == wire.Stderr || k == wire.Ack
 }
 
 // Write takes one whole frame.
@@ -55,37 +63,58 @@ func (b *batcher) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.pending = append(b.pending, p...)
+	var k wire.Kind
+	if len(p) > 0 {
+		k = wire.Kind(p[0])
+	}
+	output := (k == wire.Stdout || k == wire.Stderr) && len(p) > wire.HeaderSize
 	switch {
-	case len(p) == 0 || !lazy(wire.Kind(p[0])) || len(b.pending) >= batchSize:
+	case len(b.pending) >= batchSize || !(output || k == wire.Started || k == wire.Stdout || k == wire.Stderr || k == wire.Ack):
 		b.writeLocked()
-	case !b.armed:
-		b.armed = true
+	case output && !b.kicked:
+		b.kicked = true
 		select {
 		case b.kick <- struct{}{}:
 		default:
 		}
+	case !output && !b.timed && !b.kicked:
+		b.timed = true
+		b.t.Reset(batchDelay)
 	}
 	return len(p), nil
 }
 
-// flusher writes lazy frames once every goroutine that could add to them
-// has had its turn.
+// flusher writes output once every goroutine that could add to it has had
+// its turn.
 func (b *batcher) flusher() {
 	for range b.kick {
 		runtime.Gosched()
 		runtime.Gosched()
 		b.mu.Lock()
-		if b.armed {
+		if b.kicked {
 			b.writeLocked()
 		}
 		b.mu.Unlock()
 	}
 }
 
+// flush writes what is pending (the delay is over).
+func (b *batcher) flush() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.timed {
+		b.writeLocked()
+	}
+}
+
 // writeLocked writes what is pending. If the library is gone, the agent
 // exits (which ends the container).
 func (b *batcher) writeLocked() {
-	b.armed = false
+	b.kicked = false
+	if b.timed {
+		b.t.Stop()
+		b.timed = false
+	}
 	if len(b.pending) == 0 {
 		return
 	}
