@@ -95,26 +95,36 @@ func ipcSysctls(l Limits) map[string]string {
 // leaves to processes: a quarter, and at least 32 MiB.
 func tmpfsReserve(memory int64) int64 { return max(memory/4, 32<<20) }
 
-// tmpfsDisk returns the size of a working directory that must be a tmpfs
-// (its files are RAM, counted towards Memory): Disk if it fits in Memory
-// beside /tmp and /dev/shm and the reserve for processes; if it does not
-// and Disk is the default (explicit false), the size that fits; else an
-// error saying what to change. A sandbox whose files could fill its
-// memory would leave its commands nothing to run in.
-func tmpfsDisk(l Limits, explicit bool) (int64, error) {
+// tmpfsDisk fits a working directory that must be a tmpfs (its files are
+// RAM, counted towards Memory) in Memory beside /tmp and /dev/shm and the
+// reserve for processes, and returns l with its Disk and TmpSize as they
+// will be. Sizes the user gave (diskSet, tmpSet) are kept or refused with
+// an error saying what to change; defaults are made to fit: first Disk,
+// then, when even the default TmpSize leaves it too little room, Disk half
+// of what is left after the reserve and /tmp and /dev/shm a quarter each.
+// A sandbox whose files could fill its memory would leave its commands
+// nothing to run in.
+func tmpfsDisk(l Limits, diskSet, tmpSet bool) (Limits, error) {
 	if l.Memory <= 0 {
-		return l.Disk, nil
+		return l, nil
 	}
-	room := l.Memory - tmpfsReserve(l.Memory) - 2*l.TmpSize
+	const minDisk = 8 << 20
+	files := l.Memory - tmpfsReserve(l.Memory) // for Disk, /tmp and /dev/shm
+	room := files - 2*l.TmpSize
 	switch {
 	case l.Disk <= room:
-		return l.Disk, nil
-	case !explicit && room >= 16<<20:
-		return room &^ (1<<20 - 1), nil
+		return l, nil
+	case !diskSet && room >= 2*minDisk:
+		l.Disk = room &^ (1<<20 - 1)
+		return l, nil
+	case !diskSet && !tmpSet && files >= 2*minDisk:
+		l.TmpSize = (files / 4) &^ (1<<20 - 1)
+		l.Disk = (files - 2*l.TmpSize) &^ (1<<20 - 1)
+		return l, nil
 	}
 	need := l.Disk + 2*l.TmpSize
 	need += max(need/3, 32<<20) // so that the reserve (a quarter of Memory) is left
-	return 0, fmt.Errorf("sandbox: Limits.Disk of %s does not fit in Limits.Memory of %s: the working directory is a tmpfs here "+
+	return l, fmt.Errorf("sandbox: Limits.Disk of %s does not fit in Limits.Memory of %s: the working directory is a tmpfs here "+
 		"(no loop devices: not root on the engine's host, or a remote engine), whose files are RAM counted towards Memory, "+
 		"beside /tmp and /dev/shm (Limits.TmpSize, %s each) and %s kept for processes; "+
 		"lower Disk to at most %s (or TmpSize), or raise Memory to at least %s",

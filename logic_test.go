@@ -500,35 +500,41 @@ func TestUnitCmdStates(t *testing.T) {
 func TestUnitTmpfsDisk(t *testing.T) {
 	const M = 1 << 20
 	def := DefaultLimits()
+	small := Limits{Memory: 128 * M, Disk: 1024 * M, TmpSize: 64 * M}
 	for _, c := range []struct {
-		l        Limits
-		explicit bool
-		want     int64
-		err      string
+		l         Limits
+		diskSet   bool
+		tmpSet    bool
+		disk, tmp int64
+		err       string
 	}{
-		{def, false, 256 * M, ""},                       // 512 - 128 reserve - 2×64
-		{def, true, 0, "lower Disk to at most 256 MiB"}, // 1 GiB asked for
-		{Limits{Memory: 2048 * M, Disk: 1024 * M, TmpSize: 64 * M}, true, 1024 * M, ""},
-		{Limits{Memory: 128 * M, Disk: 16 * M, TmpSize: 32 * M}, true, 16 * M, ""},
-		{Limits{Memory: 128 * M, Disk: 1024 * M, TmpSize: 64 * M}, false, 0, "raise Memory to at least"},
-		{Limits{Memory: -1, Disk: 1024 * M, TmpSize: 64 * M}, true, 1024 * M, ""},
+		{def, false, false, 256 * M, 64 * M, ""},                  // 512 - 128 reserve - 2×64
+		{def, true, false, 0, 0, "lower Disk to at most 256 MiB"}, // 1 GiB asked for
+		{Limits{Memory: 2048 * M, Disk: 1024 * M, TmpSize: 64 * M}, true, true, 1024 * M, 64 * M, ""},
+		{Limits{Memory: 128 * M, Disk: 16 * M, TmpSize: 32 * M}, true, true, 16 * M, 32 * M, ""},
+		{small, false, false, 48 * M, 24 * M, ""},                                                     // both defaults: 96 MiB split 2:1:1
+		{small, false, true, 0, 0, "raise Memory to at least"},                                        // TmpSize given: kept, so no room
+		{small, true, false, 0, 0, "raise Memory to at least"},                                        // Disk given: kept
+		{Limits{Memory: 32 * M, Disk: 1024 * M, TmpSize: 64 * M}, false, false, 0, 0, "raise Memory"}, // nothing left past the reserve
+		{Limits{Memory: -1, Disk: 1024 * M, TmpSize: 64 * M}, true, true, 1024 * M, 64 * M, ""},
 	} {
-		got, err := tmpfsDisk(c.l, c.explicit)
-		if got != c.want || (c.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.err)) {
-			t.Errorf("tmpfsDisk(memory %d MiB, disk %d MiB, tmp %d MiB, explicit %v) = %d MiB, %v; want %d MiB, %q",
-				c.l.Memory/M, c.l.Disk/M, c.l.TmpSize/M, c.explicit, got/M, err, c.want/M, c.err)
+		got, err := tmpfsDisk(c.l, c.diskSet, c.tmpSet)
+		if (c.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.err)) ||
+			(err == nil && (got.Disk != c.disk || got.TmpSize != c.tmp)) {
+			t.Errorf("tmpfsDisk(memory %d MiB, disk %d MiB, tmp %d MiB, set %v %v) = disk %d MiB, tmp %d MiB, %v; want %d MiB, %d MiB, %q",
+				c.l.Memory/M, c.l.Disk/M, c.l.TmpSize/M, c.diskSet, c.tmpSet, got.Disk/M, got.TmpSize/M, err, c.disk/M, c.tmp/M, c.err)
 		}
-		if err == nil && c.l.Memory > 0 && got+2*c.l.TmpSize+tmpfsReserve(c.l.Memory) > c.l.Memory {
-			t.Errorf("memory %d MiB: %d MiB of disk leaves less than the reserve", c.l.Memory/M, got/M)
+		if err == nil && c.l.Memory > 0 && got.Disk+2*got.TmpSize+tmpfsReserve(c.l.Memory) > c.l.Memory {
+			t.Errorf("memory %d MiB: %d MiB of disk and 2×%d MiB of tmp leave less than the reserve", c.l.Memory/M, got.Disk/M, got.TmpSize/M)
 		}
 	}
 	// The advice holds: at the Memory it names, the Disk fits.
-	l := Limits{Memory: 128 * M, Disk: 1024 * M, TmpSize: 64 * M}
-	_, err := tmpfsDisk(l, true)
+	l := small
+	_, err := tmpfsDisk(l, true, true)
 	var need int64
 	fmt.Sscanf(err.Error()[strings.Index(err.Error(), "at least ")+len("at least "):], "%d", &need)
 	l.Memory = need * M
-	if _, err := tmpfsDisk(l, true); err != nil {
+	if _, err := tmpfsDisk(l, true, true); err != nil {
 		t.Errorf("with the Memory the error named (%d MiB): %v", need, err)
 	}
 }

@@ -100,6 +100,7 @@ type config struct {
 	restore *Snapshot // set by Snapshot.New
 	network NetworkPolicy
 	diskSet bool // Limits.Disk was given, not the default
+	tmpSet  bool // Limits.TmpSize was given, not the default
 
 	agentVolume string // test hook: the agent's volume under another name
 
@@ -316,6 +317,7 @@ func newConfig(opts []Option) (config, error) {
 		}
 	}
 	c.diskSet = c.limits.Disk != 0
+	c.tmpSet = c.limits.TmpSize != 0
 	c.limits = c.limits.merge(DefaultLimits())
 	return c, c.limits.validate()
 }
@@ -455,16 +457,16 @@ func (s *Sandbox) createVolume(ctx context.Context) error {
 		// tmpfs of Disk bytes, which the engine mounts. Writes past it
 		// fail with ENOSPC all the same; its files count towards Memory,
 		// so it must fit there beside /tmp, /dev/shm and the processes.
-		size, err := tmpfsDisk(s.cfg.limits, s.cfg.diskSet)
+		fit, err := tmpfsDisk(s.cfg.limits, s.cfg.diskSet, s.cfg.tmpSet)
 		if err != nil {
 			return err
 		}
-		if size != s.cfg.limits.Disk {
-			s.log.LogAttrs(ctx, slog.LevelWarn, "sandbox.limits", slog.Int64("disk", size),
+		if fit != s.cfg.limits {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "sandbox.limits", slog.Int64("disk", fit.Disk), slog.Int64("tmp_size", fit.TmpSize),
 				slog.String("note", fmt.Sprintf("the working directory is a tmpfs here (RAM, counted towards Limits.Memory): "+
-					"its size is the default Limits.Disk of %s made to fit in Limits.Memory of %s; raise Memory for a larger one",
-					mib(s.cfg.limits.Disk), mib(s.cfg.limits.Memory))))
-			s.cfg.limits.Disk = size
+					"the default Limits.Disk of %s (and /tmp and /dev/shm of %s each) made to fit in Limits.Memory of %s; raise Memory for more",
+					mib(s.cfg.limits.Disk), mib(s.cfg.limits.TmpSize), mib(s.cfg.limits.Memory))))
+			s.cfg.limits = fit
 		}
 		opts.DriverOpts = map[string]string{"type": "tmpfs", "device": "tmpfs",
 			"o": fmt.Sprintf("size=%d,mode=0755", s.cfg.limits.Disk)}

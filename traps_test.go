@@ -175,4 +175,12 @@ func TestDiskTmpfsFitsMemory(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "does not fit in Limits.Memory") || !strings.Contains(err.Error(), "raise Memory to at least") {
 		t.Errorf("an explicit 1 GiB tmpfs disk in 256 MiB: %v; want a refusal naming what to change", err)
 	}
+
+	// Only Memory given, too small even for the default /tmp and /dev/shm:
+	// all three defaults shrink (96 MiB past the reserve, split 2:1:1).
+	small := newSandbox(t, sandbox.WithLimits(sandbox.Limits{Memory: 128 << 20}))
+	r = mustExec(t, small, `for d in . /tmp /dev/shm; do df -k $d | awk 'NR==2 {print $2}'; done`)
+	if r.Stdout != "49152\n24576\n24576\n" {
+		t.Errorf("working directory, /tmp and /dev/shm in KiB with Memory 128 MiB: %q, want 49152, 24576, 24576", r.Stdout)
+	}
 }
