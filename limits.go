@@ -39,8 +39,11 @@ import (
 //     beside /tmp and /dev/shm it may take what Memory leaves after a
 //     reserve for processes (a quarter, at least 32 MiB). The default Disk
 //     is sized down to fit (256 MiB of the default 512 MiB Memory; a
-//     sandbox.limits record says so), and an explicit Disk that does not
-//     fit is refused by New, naming the Memory it needs. The audit record
+//     sandbox.limits record says so); where Memory is too small even for
+//     the default TmpSize, the default Disk and TmpSize share what the
+//     reserve leaves 2:1:1 (48 MiB and 24 MiB each in 128 MiB). An
+//     explicit Disk or TmpSize that does not fit is refused by New,
+//     naming the Memory it needs. The audit record
 //     sandbox.create says which ("disk": "ext4" or "tmpfs"). The root
 //     filesystem is read-only; the only writable places are the working
 //     directory (which is also HOME), /tmp and /dev/shm (RAM-backed tmpfs
