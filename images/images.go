@@ -17,14 +17,20 @@
 //   - [Python]: the same with pip, git, numpy, pandas and matplotlib.
 //
 // The Python recipes run mmdebstrap (apt-get install mmdebstrap uidmap)
-// and need Debian's mirror (or a mirror set with DEBIAN_MIRROR) and a
-// local engine; they take a minute or a few and say what they are doing on
-// the progress writer, one line per step and per package downloaded. They
-// need no root: as a user with subordinate ids in /etc/subuid and
-// /etc/subgid (useradd gives every new user a range) mmdebstrap builds in
-// a user namespace, and the image is imported through the engine's API
-// like any docker-group user's. Builds are serialized across
-// processes with a file lock per image in [os.TempDir].
+// and need a Debian archive and a local engine. The archive is the one the
+// host's apt uses, on a Debian host (its main, updates and security
+// archives, as `apt-get indextargets` lists them, used for bookworm), so a
+// host behind a mirror of its own builds through it; elsewhere
+// mmdebstrap's default (deb.debian.org). DEBIAN_MIRROR overrides both: a
+// URI, a one-line "deb URI SUITE COMPONENTS" entry or the path of an apt
+// sources file, as mmdebstrap takes its MIRROR argument. A build takes a
+// minute or a few and says what it is doing on the progress writer, one
+// line per step (the first names the archives) and per package
+// downloaded. It needs no root: as a user with subordinate ids in
+// /etc/subuid and /etc/subgid (useradd gives every new user a range)
+// mmdebstrap builds in a user namespace, and the image is imported through
+// the engine's API like any docker-group user's. Builds are serialized
+// across processes with a file lock per image in [os.TempDir].
 package images
 
 import (

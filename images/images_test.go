@@ -5,9 +5,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -237,7 +241,13 @@ func TestBuildDebianAnyUser(t *testing.T) {
 	if err := buildDebian(ctx, r.dir, r.packages, PythonSlim, tag, io.MultiWriter(&progress, tlog{t})); err != nil {
 		t.Fatalf("build as uid %d: %v", os.Getuid(), err)
 	}
-	for _, want := range []string{"==> images: mmdebstrap", "Get:", "python3", "==> images: importing"} {
+	wants := []string{"==> images: mmdebstrap", "Get:", "python3", "==> images: importing"}
+	if hostIsDebian(t) && os.Getenv("DEBIAN_MIRROR") == "" {
+		// No mirror named by the recipe: the host's own, for the image's
+		// release, with its updates and security archives.
+		wants = append(wants, "from the host's apt sources (", " bookworm-updates", " bookworm-security)")
+	}
+	for _, want := range wants {
 		if !strings.Contains(progress.String(), want) {
 			t.Errorf("the progress does not say %q", want)
 		}
@@ -247,6 +257,48 @@ func TestBuildDebianAnyUser(t *testing.T) {
 	if code != 0 || out != want {
 		t.Errorf("image built as uid %d: exit %d\n%s\nwant\n%s", os.Getuid(), code, out, want)
 	}
+}
+
+// DEBIAN_MIRROR overrides where the Debian recipe's packages come from:
+// here a listener on loopback that records what it is asked and has
+// nothing, so the build fails after asking it for the suite's index.
+func TestBuildDebianMirrorOverride(t *testing.T) {
+	var mu sync.Mutex
+	var asked []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		asked = append(asked, r.URL.Path)
+		mu.Unlock()
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	t.Setenv("DEBIAN_MIRROR", "deb "+srv.URL+"/corp-debian bookworm main")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	r := recipes[PythonSlim]
+	err := buildDebian(ctx, r.dir, r.packages, PythonSlim, "agentsandbox/build-test:never", &progress)
+	if err == nil {
+		t.Fatal("the build succeeded from a mirror that has nothing")
+	}
+	if !strings.Contains(progress.String(), "from DEBIAN_MIRROR (deb "+srv.URL) {
+		t.Errorf("the progress does not name the mirror:\n%s", progress.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.ContainsFunc(asked, func(p string) bool { return strings.HasPrefix(p, "/corp-debian/dists/bookworm/") }) {
+		t.Errorf("the mirror was asked %q, not for bookworm's index", asked)
+	}
+}
+
+// hostIsDebian reports whether /etc/os-release says Debian.
+func hostIsDebian(t *testing.T) bool {
+	b, err := os.ReadFile("/etc/os-release")
+	if err != nil {
+		t.Logf("reading os-release: %v", err)
+		return false
+	}
+	return slices.Contains(strings.Split(string(b), "\n"), "ID=debian")
 }
 
 // The build lock works for every user: a lock file another user made

@@ -1,8 +1,19 @@
 #!/usr/bin/env bash
 # Builds a Python sandbox image: a minimal Debian bookworm root file system
-# made with mmdebstrap (no container registry is needed, only the Debian
-# mirror, or $DEBIAN_MIRROR), holding the given Debian packages, imported
-# into the local Docker engine as TAG, with the label LABEL=VALUE if given.
+# made with mmdebstrap (no container registry is needed, only a Debian
+# archive), holding the given Debian packages, imported into the local
+# Docker engine as TAG, with the label LABEL=VALUE if given.
+#
+# Where packages come from, first that applies:
+#   $DEBIAN_MIRROR  given to mmdebstrap as its MIRROR: a URI (bookworm main
+#                   only), a one-line "deb URI SUITE COMPONENTS" entry, or
+#                   the path of an apt sources file (either format)
+#   the host's apt sources, on a Debian host: the archive and the security
+#                   archive apt has for the host's release (apt-get
+#                   indextargets), used for bookworm, bookworm-updates and
+#                   bookworm-security, so a host behind a mirror of its own
+#                   builds through that mirror
+#   mmdebstrap's default (deb.debian.org with updates and security)
 #
 # Usage: build.sh TAG PACKAGES [LABEL=VALUE]
 #        (needs mmdebstrap and a reachable engine; as root, or as a user
@@ -23,7 +34,6 @@ TAG=$1
 PACKAGES=$2
 LABEL=${3:-}
 SUITE=bookworm
-MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 if ! command -v mmdebstrap >/dev/null 2>&1; then
 	echo "mmdebstrap is not installed: apt-get install mmdebstrap uidmap" >&2
@@ -54,7 +64,42 @@ trap 'exit 143' TERM
 trap 'exit 130' INT
 
 step() { echo "==> images: $* ($(date +%T))"; }
-step "mmdebstrap ($MODE mode): downloading and unpacking Debian $SUITE with $PACKAGES from $MIRROR (each package is named as it comes)"
+
+# host_sources writes apt sources for $SUITE to the file $1, made of the
+# Debian archives the host's apt is configured with for its own release,
+# and fails when the host is not Debian or has none.
+host_sources() {
+	local id codename
+	id=$(. /etc/os-release 2>/dev/null && echo "${ID:-}")
+	codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+	[[ $id == debian && -n $codename ]] && command -v apt-get >/dev/null 2>&1 || return 1
+	local type uri release archive='' security=''
+	while read -r type uri release; do
+		[[ $type == deb ]] || continue
+		case $release in
+		"$codename") archive=${archive:-$uri} ;;
+		"$codename-security" | "$codename/updates") security=${security:-$uri} ;;
+		esac
+	done < <(apt-get indextargets --format '$(TARGET_OF) $(REPO_URI) $(RELEASE)' 'Identifier: Packages' 2>/dev/null | sort -u)
+	[[ -n $archive ]] || return 1
+	{
+		echo "deb $archive $SUITE main"
+		echo "deb $archive $SUITE-updates main"
+		if [[ -n $security ]]; then echo "deb $security $SUITE-security main"; fi
+	} >"$1"
+}
+
+MIRRORS=()
+if [[ -n ${DEBIAN_MIRROR:-} ]]; then
+	MIRRORS=("$DEBIAN_MIRROR")
+	FROM="DEBIAN_MIRROR ($DEBIAN_MIRROR)"
+elif host_sources "$WORK/sources.list"; then
+	MIRRORS=("$WORK/sources.list")
+	FROM="the host's apt sources ($(awk '{print $2, $3}' "$WORK/sources.list" | paste -sd, - | sed 's/,/, /g'))"
+else
+	FROM="mmdebstrap's default archives (this host's apt sources name no Debian archive; set DEBIAN_MIRROR for another)"
+fi
+step "mmdebstrap ($MODE mode): downloading and unpacking Debian $SUITE with $PACKAGES from $FROM (each package is named as it comes)"
 # As debootstrap does: no recommended packages, and /usr merged by a hook
 # (usr-is-merged) rather than the usrmerge package, which pulls in perl.
 # In the hooks, "$1" is the new root file system. The same unprivileged
@@ -69,7 +114,7 @@ mmdebstrap --mode="$MODE" --variant=minbase --include="$PACKAGES" --verbose \
 	--customize-hook='chroot "$1" useradd -u 1000 -g 1000 -d /workspace -M -s /bin/sh sandbox' \
 	--customize-hook='install -d -m 0755 -o 1000 -g 1000 "$1/workspace"' \
 	--customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/* "$1"/var/cache/debconf/*-old "$1"/var/log/* "$1"/usr/share/doc/* "$1"/usr/share/man/* "$1"/usr/share/info/* "$1"/usr/share/locale/*' \
-	"$SUITE" "$WORK/rootfs.tar" "$MIRROR" 2>&1 |
+	"$SUITE" "$WORK/rootfs.tar" ${MIRRORS[@]+"${MIRRORS[@]}"} 2>&1 |
 	tee "$WORK/mmdebstrap.log" | grep --line-buffered -E '^(I:|E:|W:|Get:|Err:)'
 status=${PIPESTATUS[0]}
 set -e
