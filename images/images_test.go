@@ -259,36 +259,77 @@ func TestBuildDebianAnyUser(t *testing.T) {
 	}
 }
 
-// DEBIAN_MIRROR overrides where the Debian recipe's packages come from:
-// here a listener on loopback that records what it is asked and has
-// nothing, so the build fails after asking it for the suite's index.
-func TestBuildDebianMirrorOverride(t *testing.T) {
-	var mu sync.Mutex
-	var asked []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		asked = append(asked, r.URL.Path)
-		mu.Unlock()
-		http.NotFound(w, r)
-	}))
-	defer srv.Close()
-	t.Setenv("DEBIAN_MIRROR", "deb "+srv.URL+"/corp-debian bookworm main")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var progress bytes.Buffer
-	r := recipes[PythonSlim]
-	err := buildDebian(ctx, r.dir, r.packages, PythonSlim, "agentsandbox/build-test:never", &progress)
-	if err == nil {
-		t.Fatal("the build succeeded from a mirror that has nothing")
+// Where the Debian recipe's packages come from: the host's apt sources
+// (here an apt configuration naming a corporate mirror after two
+// third-party repositories), or DEBIAN_MIRROR over them. The "mirror" is a
+// listener on loopback that records what it is asked and has nothing, so
+// each build fails after asking it for the suites' indexes.
+func TestBuildDebianSources(t *testing.T) {
+	mirror := func(t *testing.T) (url string, asked func() []string) {
+		var mu sync.Mutex
+		var paths []string
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			paths = append(paths, r.URL.Path)
+			mu.Unlock()
+			http.NotFound(w, r)
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL, func() []string {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(paths)
+		}
 	}
-	if !strings.Contains(progress.String(), "from DEBIAN_MIRROR (deb "+srv.URL) {
-		t.Errorf("the progress does not name the mirror:\n%s", progress.String())
+	build := func(t *testing.T, want string, dists ...string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		var progress bytes.Buffer
+		r := recipes[PythonSlim]
+		if err := buildDebian(ctx, r.dir, r.packages, PythonSlim, "agentsandbox/build-test:never", &progress); err == nil {
+			t.Fatal("the build succeeded from a mirror that has nothing")
+		}
+		if !strings.Contains(progress.String(), want) {
+			t.Errorf("the progress does not say %q:\n%s", want, progress.String())
+		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.ContainsFunc(asked, func(p string) bool { return strings.HasPrefix(p, "/corp-debian/dists/bookworm/") }) {
-		t.Errorf("the mirror was asked %q, not for bookworm's index", asked)
-	}
+	t.Run("host", func(t *testing.T) {
+		url, asked := mirror(t)
+		dir := t.TempDir()
+		list := filepath.Join(dir, "sources.list")
+		sources := "deb [arch=amd64] http://127.0.0.1:9/docker bookworm stable\n" +
+			"deb http://127.0.0.1:9/nodesource nodistro main\n" +
+			"deb " + url + "/corp bookworm main contrib\n" +
+			"deb " + url + "/corp-security bookworm-security main\n"
+		conf := filepath.Join(dir, "apt.conf")
+		if err := os.WriteFile(list, []byte(sources), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(conf, []byte(fmt.Sprintf("Dir::Etc::SourceList %q;\nDir::Etc::SourceParts %q;\n", list, dir)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("APT_CONFIG", conf)
+		t.Setenv("DEBIAN_MIRROR", "")
+		if !hostIsDebian(t) {
+			build(t, "from mmdebstrap's default archives")
+			return
+		}
+		build(t, "from the host's apt sources ("+url+"/corp/ bookworm, "+url+"/corp/ bookworm-updates, "+url+"/corp-security/ bookworm-security)")
+		for _, dist := range []string{"/corp/dists/bookworm/", "/corp/dists/bookworm-updates/", "/corp-security/dists/bookworm-security/"} {
+			if !slices.ContainsFunc(asked(), func(p string) bool { return strings.HasPrefix(p, dist) }) {
+				t.Errorf("the mirror was asked %q, nothing under %s", asked(), dist)
+			}
+		}
+	})
+	t.Run("override", func(t *testing.T) {
+		url, asked := mirror(t)
+		t.Setenv("DEBIAN_MIRROR", "deb "+url+"/other bookworm main")
+		build(t, "from DEBIAN_MIRROR (deb "+url+"/other bookworm main)")
+		if !slices.ContainsFunc(asked(), func(p string) bool { return strings.HasPrefix(p, "/other/dists/bookworm/") }) {
+			t.Errorf("the mirror was asked %q, not for bookworm's index", asked())
+		}
+	})
 }
 
 // hostIsDebian reports whether /etc/os-release says Debian.

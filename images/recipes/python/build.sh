@@ -73,14 +73,16 @@ host_sources() {
 	id=$(. /etc/os-release 2>/dev/null && echo "${ID:-}")
 	codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
 	[[ $id == debian && -n $codename ]] && command -v apt-get >/dev/null 2>&1 || return 1
-	local type uri release archive='' security=''
-	while read -r type uri release; do
-		[[ $type == deb ]] || continue
+	# Every source of the host's, in apt's order, whether or not apt-get
+	# update has run; the first of each kind is taken.
+	local type uri release component archive='' security=''
+	while read -r type uri release component; do
+		[[ $type == deb && $component == main ]] || continue
 		case $release in
-		"$codename") archive=${archive:-$uri} ;;
-		"$codename-security" | "$codename/updates") security=${security:-$uri} ;;
+		"$codename" | stable) archive=${archive:-$uri} ;;
+		"$codename-security" | stable-security | "$codename/updates") security=${security:-$uri} ;;
 		esac
-	done < <(apt-get indextargets --format '$(TARGET_OF) $(REPO_URI) $(RELEASE)' 'Identifier: Packages' 2>/dev/null | sort -u)
+	done < <(apt-get indextargets --no-release-info --format '$(TARGET_OF) $(REPO_URI) $(RELEASE) $(COMPONENT)' 'Identifier: Packages' 2>/dev/null)
 	[[ -n $archive ]] || return 1
 	{
 		echo "deb $archive $SUITE main"
