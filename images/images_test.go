@@ -242,7 +242,7 @@ func TestBuildDebianAnyUser(t *testing.T) {
 		t.Fatalf("build as uid %d: %v", os.Getuid(), err)
 	}
 	wants := []string{"==> images: mmdebstrap", "Get:", "python3", "==> images: importing"}
-	if hostIsDebian(t) && os.Getenv("DEBIAN_MIRROR") == "" {
+	if debianCodename(t) != "" && os.Getenv("DEBIAN_MIRROR") == "" {
 		// No mirror named by the recipe: the host's own, for the image's
 		// release, with its updates and security archives.
 		wants = append(wants, "from the host's apt sources (", " bookworm-updates", " bookworm-security)")
@@ -281,7 +281,9 @@ func TestBuildDebianSources(t *testing.T) {
 			return slices.Clone(paths)
 		}
 	}
-	build := func(t *testing.T, want string, dists ...string) {
+	// build builds from a mirror that has nothing: it must fail, say
+	// where it looked (want), and have asked under each of dists.
+	build := func(t *testing.T, want string, asked func() []string, dists ...string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
@@ -293,15 +295,23 @@ func TestBuildDebianSources(t *testing.T) {
 		if !strings.Contains(progress.String(), want) {
 			t.Errorf("the progress does not say %q:\n%s", want, progress.String())
 		}
+		for _, dist := range dists {
+			if !slices.ContainsFunc(asked(), func(p string) bool { return strings.HasPrefix(p, dist) }) {
+				t.Errorf("the mirror was asked %q, nothing under %s", asked(), dist)
+			}
+		}
 	}
 	t.Run("host", func(t *testing.T) {
 		url, asked := mirror(t)
+		// The host's own release names its sources; the image is bookworm
+		// whatever the host runs.
+		codename := debianCodename(t)
 		dir := t.TempDir()
 		list := filepath.Join(dir, "sources.list")
-		sources := "deb [arch=amd64] http://127.0.0.1:9/docker bookworm stable\n" +
+		sources := "deb [arch=amd64] http://127.0.0.1:9/docker " + codename + " stable\n" +
 			"deb http://127.0.0.1:9/nodesource nodistro main\n" +
-			"deb " + url + "/corp bookworm main contrib\n" +
-			"deb " + url + "/corp-security bookworm-security main\n"
+			"deb " + url + "/corp " + codename + " main contrib\n" +
+			"deb " + url + "/corp-security " + codename + "-security main\n"
 		conf := filepath.Join(dir, "apt.conf")
 		if err := os.WriteFile(list, []byte(sources), 0o644); err != nil {
 			t.Fatal(err)
@@ -311,35 +321,38 @@ func TestBuildDebianSources(t *testing.T) {
 		}
 		t.Setenv("APT_CONFIG", conf)
 		t.Setenv("DEBIAN_MIRROR", "")
-		if !hostIsDebian(t) {
-			build(t, "from mmdebstrap's default archives")
+		if codename == "" {
+			build(t, "from mmdebstrap's default archives", asked)
 			return
 		}
-		build(t, "from the host's apt sources ("+url+"/corp/ bookworm, "+url+"/corp/ bookworm-updates, "+url+"/corp-security/ bookworm-security)")
-		for _, dist := range []string{"/corp/dists/bookworm/", "/corp/dists/bookworm-updates/", "/corp-security/dists/bookworm-security/"} {
-			if !slices.ContainsFunc(asked(), func(p string) bool { return strings.HasPrefix(p, dist) }) {
-				t.Errorf("the mirror was asked %q, nothing under %s", asked(), dist)
-			}
-		}
+		build(t, "from the host's apt sources ("+url+"/corp/ bookworm, "+url+"/corp/ bookworm-updates, "+url+"/corp-security/ bookworm-security)",
+			asked, "/corp/dists/bookworm/", "/corp/dists/bookworm-updates/", "/corp-security/dists/bookworm-security/")
 	})
 	t.Run("override", func(t *testing.T) {
 		url, asked := mirror(t)
 		t.Setenv("DEBIAN_MIRROR", "deb "+url+"/other bookworm main")
-		build(t, "from DEBIAN_MIRROR (deb "+url+"/other bookworm main)")
-		if !slices.ContainsFunc(asked(), func(p string) bool { return strings.HasPrefix(p, "/other/dists/bookworm/") }) {
-			t.Errorf("the mirror was asked %q, not for bookworm's index", asked())
-		}
+		build(t, "from DEBIAN_MIRROR (deb "+url+"/other bookworm main)", asked, "/other/dists/bookworm/")
 	})
 }
 
-// hostIsDebian reports whether /etc/os-release says Debian.
-func hostIsDebian(t *testing.T) bool {
+// debianCodename returns the host's Debian release (VERSION_CODENAME in
+// /etc/os-release), or "" on a host that is not Debian.
+func debianCodename(t *testing.T) string {
 	b, err := os.ReadFile("/etc/os-release")
 	if err != nil {
 		t.Logf("reading os-release: %v", err)
-		return false
+		return ""
 	}
-	return slices.Contains(strings.Split(string(b), "\n"), "ID=debian")
+	lines := strings.Split(string(b), "\n")
+	if !slices.Contains(lines, "ID=debian") {
+		return ""
+	}
+	for _, l := range lines {
+		if v, ok := strings.CutPrefix(l, "VERSION_CODENAME="); ok {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return ""
 }
 
 // The build lock works for every user: a lock file another user made

@@ -69,9 +69,8 @@ step() { echo "==> images: $* ($(date +%T))"; }
 # Debian archives the host's apt is configured with for its own release,
 # and fails when the host is not Debian or has none.
 host_sources() {
-	local id codename
-	id=$(. /etc/os-release 2>/dev/null && echo "${ID:-}")
-	codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+	local id='' codename=''
+	read -r id codename < <(. /etc/os-release 2>/dev/null && echo "${ID:-}" "${VERSION_CODENAME:-}")
 	[[ $id == debian && -n $codename ]] && command -v apt-get >/dev/null 2>&1 || return 1
 	# Every source of the host's, in apt's order, whether or not apt-get
 	# update has run; the first of each kind is taken.
@@ -97,7 +96,7 @@ if [[ -n ${DEBIAN_MIRROR:-} ]]; then
 	FROM="DEBIAN_MIRROR ($DEBIAN_MIRROR)"
 elif host_sources "$WORK/sources.list"; then
 	MIRRORS=("$WORK/sources.list")
-	FROM="the host's apt sources ($(awk '{print $2, $3}' "$WORK/sources.list" | paste -sd, - | sed 's/,/, /g'))"
+	FROM="the host's apt sources ($(awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $2, $3}' "$WORK/sources.list"))"
 else
 	FROM="mmdebstrap's default archives (this host's apt sources name no Debian archive; set DEBIAN_MIRROR for another)"
 fi
