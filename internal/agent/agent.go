@@ -31,7 +31,9 @@ type agent struct {
 	byChan  map[uint32]*proc
 	byPID   map[int]*proc
 	files   map[uint32]*fileOp
+	relays  map[uint32]*relay
 	nextTag uint32
+	accepts chan *relay // Accept requests waiting for a connection; nil without a relay port
 
 	fs      *workers  // run file operations as the sandbox user
 	oom     *oomScore // the agent's own oom_score_adj, raised around forks
@@ -60,7 +62,7 @@ func newAgent(out io.Writer, fs *workers, oom *oomScore) *agent {
 	}
 	return &agent{
 		w: wire.NewWriter(out), byChan: map[uint32]*proc{}, byPID: map[int]*proc{},
-		files: map[uint32]*fileOp{}, fs: fs, oom: oom, env: os.Environ(), devNull: null,
+		files: map[uint32]*fileOp{}, relays: map[uint32]*relay{}, fs: fs, oom: oom, env: os.Environ(), devNull: null,
 	}
 }
 
@@ -142,39 +144,56 @@ func (a *agent) serve(r io.Reader) {
 				continue
 			}
 			a.startFile(f.Channel, req)
-		case wire.Stdin, wire.CloseStdin:
-			if op := a.lookupFile(f.Channel); op != nil {
-				a.fileInput(op, f)
+		case wire.Dial:
+			a.dial(f.Channel, f.Data)
+		case wire.Accept:
+			a.accept(f.Channel)
+		case wire.Stdin, wire.CloseStdin, wire.Ack, wire.Kill:
+			if r := a.lookupRelay(f.Channel); r != nil {
+				a.relayInput(r, f)
 				continue
 			}
-			p := a.lookup(f.Channel)
-			if p == nil || p.stdin == nil {
-				continue
-			}
-			if f.Kind == wire.CloseStdin {
-				p.stdin.close()
-			} else {
-				p.stdin.feed(f.Data)
-			}
-		case wire.Ack:
-			if n, err := wire.Count(f.Data); err == nil {
-				if p := a.lookup(f.Channel); p != nil {
-					p.out.give(int(n))
-				} else if op := a.lookupFile(f.Channel); op != nil {
-					op.out.give(int(n))
-				}
-			}
-		case wire.Kill:
-			if op := a.lookupFile(f.Channel); op != nil {
-				a.abortFile(op)
-				continue
-			}
-			go a.kill(f.Channel)
+			a.command(f)
 		case wire.Ping:
 			a.send(wire.Pong, f.Channel, nil)
 		case wire.OOM:
 			a.sendJSON(wire.OOMCount, f.Channel, oomKills())
 		}
+	}
+}
+
+// command takes a frame of the library's for a command or a file
+// operation.
+func (a *agent) command(f wire.Frame) {
+	switch f.Kind {
+	case wire.Stdin, wire.CloseStdin:
+		if op := a.lookupFile(f.Channel); op != nil {
+			a.fileInput(op, f)
+			return
+		}
+		p := a.lookup(f.Channel)
+		if p == nil || p.stdin == nil {
+			return
+		}
+		if f.Kind == wire.CloseStdin {
+			p.stdin.close()
+		} else {
+			p.stdin.feed(f.Data)
+		}
+	case wire.Ack:
+		if n, err := wire.Count(f.Data); err == nil {
+			if p := a.lookup(f.Channel); p != nil {
+				p.out.give(int(n))
+			} else if op := a.lookupFile(f.Channel); op != nil {
+				op.out.give(int(n))
+			}
+		}
+	case wire.Kill:
+		if op := a.lookupFile(f.Channel); op != nil {
+			a.abortFile(op)
+			return
+		}
+		go a.kill(f.Channel)
 	}
 }
 

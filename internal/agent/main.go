@@ -48,6 +48,7 @@ const fileWorkers = 3
 func main() {
 	lifetime := flag.Duration("lifetime", 0, "exit after this long (0: never)")
 	user := flag.String("user", "0:0", "the sandbox user, given the working directory (the current one)")
+	relayPort := flag.Int("relay", 0, "listen on this port of 127.0.0.1 for connections relayed to the library (0: none)")
 	flag.Parse()
 	uid, gid, err := ident.Resolve(*user, "/etc/passwd", "/etc/group")
 	if err == nil {
@@ -99,6 +100,12 @@ func main() {
 	// the goroutine that waits for it.
 	in, out := pollable(0, "stdin"), pollable(1, "stdout")
 	a := newAgent(newBatcher(out), startWorkers(fileWorkers), newOOMScore())
+	if *relayPort != 0 {
+		if err := a.listenRelay(*relayPort); err != nil {
+			fmt.Fprintf(os.Stderr, "agent: %v\n", err)
+			os.Exit(2)
+		}
+	}
 	go a.reap()
 	if err := a.w.WriteJSON(wire.Hello, 0, wire.Greeting{Version: version, PID: os.Getpid(), UID: uid, GID: gid}); err != nil {
 		os.Exit(0)

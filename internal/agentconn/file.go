@@ -34,7 +34,7 @@ func (c *Conn) File(ctx context.Context, req wire.FileRequest) (*FileOp, error) 
 	c.next++
 	id := c.next
 	ack := func(n int) { c.w.WriteCount(wire.Ack, id, uint32(n)) }
-	ch.out = [2]*stream{newStream(ack), nil}
+	ch.out = [2]*stream{newStream(ack, wire.Window), nil}
 	if req.Op == wire.Write || req.Op == wire.Untar {
 		ch.stdin = newCredit(wire.Window)
 	}

@@ -31,7 +31,7 @@ func (c *Conn) Exec(ctx context.Context, req wire.ExecRequest) (*Proc, error) {
 	c.next++
 	id := c.next
 	ack := func(n int) { c.w.WriteCount(wire.Ack, id, uint32(n)) }
-	ch.out = [2]*stream{newStream(ack), newStream(ack)}
+	ch.out = [2]*stream{newStream(ack, wire.Window), newStream(ack, wire.Window)}
 	if req.Stdin {
 		ch.stdin = newCredit(wire.Window)
 	}
@@ -156,16 +156,15 @@ type stream struct {
 	err     error
 	wake    chan struct{}
 	ack     func(n int)
+	window  int // most bytes the agent may send ahead of acknowledgements
 }
 
-// ackEvery is how many bytes of output are read before the agent is told:
-// a quarter of its window, so that it never runs out of credit while the
-// reader keeps up, and a command's short output costs no acknowledgement
-// (each is a write through the engine's relays).
-const ackEvery = wire.Window / 4
-
-func newStream(ack func(int)) *stream {
-	return &stream{wake: make(chan struct{}, 1), ack: ack}
+// A stream acknowledges what was read once it is a quarter of its window,
+// so that the agent never runs out of credit while the reader keeps up,
+// and a command's short output costs no acknowledgement (each is a write
+// through the engine's relays).
+func newStream(ack func(int), window int) *stream {
+	return &stream{wake: make(chan struct{}, 1), ack: ack, window: window}
 }
 
 // ErrWindow ends a stream whose agent sent more output than the window
@@ -177,7 +176,7 @@ func (s *stream) add(b []byte) {
 	s.mu.Lock()
 	switch {
 	case s.err != nil:
-	case s.held+len(b) > wire.Window:
+	case s.held+len(b) > s.window:
 		s.err, s.bufs, s.held = ErrWindow, nil, 0
 	default:
 		s.bufs = append(s.bufs, b)
@@ -225,7 +224,7 @@ func (s *stream) tryRead(p []byte) (n int, ok bool, err error) {
 		}
 		ack := 0
 		if s.err == nil {
-			if s.unacked += n; s.unacked >= ackEvery {
+			if s.unacked += n; s.unacked >= s.window/4 {
 				ack, s.unacked = s.unacked, 0
 			}
 		}

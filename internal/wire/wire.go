@@ -36,6 +36,8 @@ const (
 	Ping                       // answered by Pong
 	OOM                        // answered by OOMCount
 	File                       // a file operation: JSON FileRequest
+	Dial                       // connect to a port of the sandbox's loopback: JSON DialRequest
+	Accept                     // take the next connection to the agent's relay port
 )
 
 // Frames the agent sends.
@@ -57,6 +59,7 @@ var kindNames = map[Kind]string{
 	Ping: "ping", OOM: "oom", Started: "started", Stdout: "stdout", Stderr: "stderr",
 	Exited: "exited", Failed: "failed", Pong: "pong", OOMCount: "oom-count",
 	Killed: "killed", Hello: "hello", File: "file", Done: "done",
+	Dial: "dial", Accept: "accept",
 }
 
 func (k Kind) String() string {
@@ -74,6 +77,10 @@ const (
 	Window = 1 << 20
 	// HeaderSize is the size of a frame's header.
 	HeaderSize = 9
+	// RelayWindow is the window of a relayed connection (Dial, Accept) in
+	// each direction: smaller than a command's, as a sandbox may hold many
+	// connections open at once.
+	RelayWindow = 256 << 10
 )
 
 // Frame is one message.
@@ -196,6 +203,21 @@ type Exit struct {
 	Code   int  // exit status, or 128+signal
 	Signal int  // the signal that ended it, 0 if it exited
 	Killed bool // ended by a Kill request
+}
+
+// DialRequest asks the agent to connect to Port on the sandbox's loopback
+// interface (127.0.0.1).
+//
+// A relayed connection (Dial, or Accept of a connection a sandbox program
+// made to the agent's relay port) is a channel like a command's: the
+// agent answers Started, or Failed if it cannot connect; bytes for the
+// connection come in Stdin frames (acknowledged, RelayWindow ahead) and
+// CloseStdin half-closes it; bytes from it go in Stdout frames under a
+// RelayWindow of credit, then an empty Stdout frame at its end; Exited
+// (code 0) follows once both directions are done. Kill closes it at
+// once and is answered by Killed.
+type DialRequest struct {
+	Port int
 }
 
 // KillResult says what a Kill did.
