@@ -100,15 +100,18 @@
 // sharing the host's kernel; use WithRuntime("runsc") for gVisor where the
 // engine has it. A disk on disk (an ext4 loop image) needs the library to
 // run as root on the engine's host; elsewhere the disk limit is a sized
-// tmpfs counted towards memory (see Limits). Network policies need root on
-// the engine's host (iptables; ErrNetworkUnsupported otherwise); see
-// NetworkPolicy for what an allow-list does and does not stop.
+// tmpfs counted towards memory (see Limits). Allow-lists, credentials and
+// Expose need nothing of the engine's host (their connections travel over
+// the agent's stream); only NetworkPolicy{Open: true} needs root there
+// (iptables; ErrNetworkUnsupported otherwise). See NetworkPolicy for what
+// an allow-list does and does not stop.
 //
 // # Network, snapshots, agents
 //
 // WithNetwork opts into an allow-list behind an in-process egress proxy,
-// with credentials injected outside the sandbox; Expose serves a port of
-// the sandbox on the host's loopback. Snapshot saves the working directory
+// with credentials injected outside the sandbox, reached through the
+// sandbox's agent while the sandbox itself has no network; Expose serves a
+// port of the sandbox on the host's loopback, whatever the policy. Snapshot saves the working directory
 // and settings; Snapshot.New and Snapshot.Fork start sandboxes from it. The
 // tools sub-package turns a sandbox into function-calling tools for a
 // language model.

@@ -54,14 +54,14 @@ var (
 	// or socket): a link to /dev/zero cannot make a read go on for ever.
 	ErrNotRegular = errors.New("sandbox: not a regular file")
 
-	// ErrNetworkUnsupported means a network policy (anything but the
-	// default of no network) cannot be set up by this process: it needs
-	// root on the engine's host for its firewall rules, and iptables.
+	// ErrNetworkUnsupported means NetworkPolicy{Open: true} cannot be set
+	// up by this process: it needs root on the engine's host for its
+	// firewall rules, and iptables. (Allow-lists, credentials and Expose
+	// need neither.)
 	ErrNetworkUnsupported = errors.New("sandbox: network policy not supported here")
 
-	// ErrNoNetwork is returned by Expose for a sandbox made without a
-	// network (the default): there is nothing to reach its ports through.
-	// Make it with WithNetwork(AllowHosts()) to expose ports while it
-	// reaches nothing itself.
+	// ErrNoNetwork is no longer returned: Expose works for every sandbox.
+	//
+	// Deprecated: kept so that code testing for it still compiles.
 	ErrNoNetwork = errors.New("sandbox: no network")
 )

@@ -22,6 +22,7 @@ import (
 
 	"github.com/docker/docker/api/types/network"
 
+	"github.com/agentsandbox/sandbox/internal/agentconn"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/firewall"
@@ -32,21 +33,26 @@ import (
 // at all: the container has only a loopback interface.
 //
 // With Allow set (even to an empty list, as AllowHosts() returns), the
-// sandbox sits alone on an internal Docker network with no route out; the
-// only thing it can reach is an egress proxy that the library runs in this
-// process on the network's gateway, and HTTP_PROXY, HTTPS_PROXY and NO_PROXY
-// (and their lower-case forms) point at it. Host firewall rules drop every
-// other packet from the sandbox to the host, so services the host runs are
-// out of reach; other sandboxes are on other networks. The proxy resolves
-// names itself and connects only to the addresses it checked, refusing
-// loopback, private, link-local (cloud metadata), other special-purpose
-// ranges and the host's own addresses unless a CIDR in Allow names them.
-// DNS from inside the sandbox goes nowhere: only the proxy resolves names.
-// Programs that ignore the proxy variables cannot connect anywhere.
+// sandbox still has no network interface but loopback. The only way out is
+// an egress proxy that the library runs in this process: the sandbox's
+// agent listens on a port of the sandbox's 127.0.0.1 (before any of the
+// sandbox's code runs) and carries each connection to it over the agent's
+// own stream to the proxy; HTTP_PROXY, HTTPS_PROXY and NO_PROXY (and their
+// lower-case forms) point at it. So no host service, other sandbox or
+// address is reachable except through the proxy, and nothing on the
+// engine's host is changed: no network, no firewall rule, no root — it
+// works the same for a docker-group user, a remote engine and any runtime
+// (gVisor's runsc included). The proxy resolves names itself and connects
+// only to the addresses it checked, refusing loopback, private, link-local
+// (cloud metadata), other special-purpose ranges and the host's own
+// addresses unless a CIDR in Allow names them. DNS from inside the sandbox
+// goes nowhere: only the proxy resolves names. Programs that ignore the
+// proxy variables cannot connect anywhere.
 //
-// Network policies other than the zero one need root on the engine's host
-// (iptables; otherwise New fails with ErrNetworkUnsupported) and a runc runtime (gVisor's runsc here is set up with
-// --network=none).
+// Open is the one policy that needs the engine's host: it gives the sandbox
+// a bridge network of its own with host firewall rules (iptables) that keep
+// host services out of reach, so it needs root on that host and a runc
+// runtime; elsewhere New fails with ErrNetworkUnsupported.
 type NetworkPolicy struct {
 	// Allow lists what may be reached through the proxy:
 	//   "files.example.org"      that host, ports 80 and 443
@@ -88,10 +94,10 @@ type Credential struct {
 }
 
 // AllowHosts returns a policy allowing only the given hosts (patterns as in
-// NetworkPolicy.Allow). With no hosts the sandbox reaches nothing, but has a
-// network, so Expose works. It is the same as NetworkPolicy{Allow: hosts}
-// with a non-nil slice: Allow: nil (the zero policy) means no network at
-// all, Allow: []string{} a network that reaches nothing.
+// NetworkPolicy.Allow), through the proxy. With no hosts the sandbox
+// reaches nothing but has the proxy, which refuses every request (and logs
+// it). It is the same as NetworkPolicy{Allow: hosts} with a non-nil slice:
+// Allow: nil (the zero policy) means no proxy at all.
 func AllowHosts(hosts ...string) NetworkPolicy {
 	return NetworkPolicy{Allow: append([]string{}, hosts...)}
 }
@@ -137,22 +143,28 @@ func WithNetwork(p NetworkPolicy) Option {
 	}
 }
 
-// netState is what a sandbox with a network owns.
+// netState is what a sandbox's network policy made.
 type netState struct {
-	id       string // network ID
-	name     string
-	bridge   string
-	gateway  string
-	rules    *firewall.Rules
-	proxy    *egress.Proxy
-	proxyL   net.Listener
-	proxyErr chan error
-	ca       *egress.CA
-	ip       string // the container's address
+	// Open: the engine's network and the host's firewall rules.
+	id     string // network ID
+	name   string
+	bridge string
+	rules  *firewall.Rules
 
-	mu      sync.Mutex
-	exposed map[int]*exposure
-	closed  bool
+	// Allow-lists and credentials: the egress proxy, reached through the
+	// agent's relay port.
+	relayPort int
+	proxy     *egress.Proxy
+	proxyL    net.Listener
+	proxyErr  chan error
+	ca        *egress.CA
+}
+
+// exposures are a sandbox's exposed ports.
+type exposures struct {
+	mu     sync.Mutex
+	m      map[int]*exposure
+	closed bool
 }
 
 type exposure struct {
@@ -163,23 +175,77 @@ type exposure struct {
 	cs  map[net.Conn]struct{}
 }
 
-// subnetBase is where sandbox networks get their /28s: 10.213.0.0/16.
+// subnetBase is where Open sandboxes' networks get their /28s: 10.213.0.0/16.
 var subnetBase = netip.MustParseAddr("10.213.0.0")
 
-// createNetwork makes the sandbox's network, firewall and proxy before the
-// container exists. It returns the env vars and DNS servers the container
-// needs.
-func (s *Sandbox) createNetwork(ctx context.Context) (env, dns []string, err error) {
+// relayPorts is the range the relay port is drawn from: the sandbox's
+// loopback interface is its own, so any port is free at the start.
+const relayPortMin, relayPortSpan = 20000, 30000
+
+// createNetwork prepares the sandbox's network policy before the container
+// exists. It returns the env vars the container needs.
+func (s *Sandbox) createNetwork(ctx context.Context) (env []string, err error) {
+	if s.cfg.network.Open {
+		return nil, s.createOpenNetwork(ctx)
+	}
 	p := s.cfg.network
+	var b [2]byte
+	rand.Read(b[:])
+	n := &netState{relayPort: relayPortMin + int(binary.BigEndian.Uint16(b[:]))%relayPortSpan}
+	s.net = n
+	rules, _ := egress.ParseRules(p.Allow)
+	creds := map[string]egress.Credential{}
+	for _, c := range p.Credentials {
+		creds[strings.ToLower(c.Host)] = egress.Credential{Header: c.Header, Value: c.Value, AllowHTTP: c.AllowHTTP}
+	}
+	if len(creds) > 0 {
+		if n.ca, err = egress.NewCA(); err != nil {
+			return nil, err
+		}
+	}
+	n.proxy = egress.New(egress.Config{
+		Policy: egress.Policy{Rules: rules}, Credentials: creds, CA: n.ca,
+		Resolve: s.cfg.resolve, UpstreamRoots: s.cfg.upstreamRoots,
+		Log: s.logDecision,
+	})
+	proxyURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(n.relayPort))
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+		env = append(env, k+"="+proxyURL)
+	}
+	env = append(env, "NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1")
+	if n.ca != nil {
+		env = append(env, "SSL_CERT_FILE="+caBundlePath, "REQUESTS_CA_BUNDLE="+caBundlePath,
+			"CURL_CA_BUNDLE="+caBundlePath, "NODE_EXTRA_CA_CERTS="+caPath)
+	}
+	return env, nil
+}
+
+// relayPending is how many connections to the relay port the library is
+// ready to take at once (more wait in the sandbox's listen queue).
+const relayPending = 4
+
+// serveProxy serves the proxy on the connections the agent relays, once
+// the agent runs.
+func (s *Sandbox) serveProxy() {
+	n := s.net
+	n.proxyL = s.agent.Listen(relayPending)
+	n.proxyErr = make(chan error, 1)
+	go func() { n.proxyErr <- n.proxy.Serve(n.proxyL) }()
+}
+
+// createOpenNetwork makes the bridge network and host firewall rules of an
+// Open sandbox.
+func (s *Sandbox) createOpenNetwork(ctx context.Context) error {
 	if err := firewall.Supported(); err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrNetworkUnsupported, err)
+		return fmt.Errorf("%w: %w", ErrNetworkUnsupported, err)
 	}
 	var suffix [6]byte
 	rand.Read(suffix[:])
 	tag := hex.EncodeToString(suffix[:])
-	n := &netState{name: "agentsandbox-" + tag, bridge: "asb" + tag, exposed: map[int]*exposure{}}
+	n := &netState{name: "agentsandbox-" + tag, bridge: "asb" + tag}
 	s.net = n
 	var created network.CreateResponse
+	var gateway string
 	for try := 0; ; try++ {
 		var b [2]byte
 		rand.Read(b[:])
@@ -189,10 +255,10 @@ func (s *Sandbox) createNetwork(ctx context.Context) (env, dns []string, err err
 		subnet := netip.PrefixFrom(netip.AddrFrom4(base), 28)
 		gw := subnet.Addr().Next()
 		dctx, cancel := detached(ctx) // a cancelled create may still happen: keep its ID
+		var err error
 		created, err = s.cli.NetworkCreate(dctx, n.name, network.CreateOptions{
-			Driver:   "bridge",
-			Internal: !p.Open,
-			IPAM:     &network.IPAM{Config: []network.IPAMConfig{{Subnet: subnet.String(), Gateway: gw.String()}}},
+			Driver: "bridge",
+			IPAM:   &network.IPAM{Config: []network.IPAMConfig{{Subnet: subnet.String(), Gateway: gw.String()}}},
 			Options: map[string]string{
 				"com.docker.network.bridge.name":       n.bridge,
 				"com.docker.network.bridge.enable_icc": "false",
@@ -201,57 +267,22 @@ func (s *Sandbox) createNetwork(ctx context.Context) (env, dns []string, err err
 		})
 		cancel()
 		if err == nil {
-			n.gateway = gw.String()
+			gateway = gw.String()
 			break
 		}
 		if !engine.IsSubnetOverlap(err) || try >= 20 {
-			return nil, nil, s.engineErr("create network", err)
+			return s.engineErr("create network", err)
 		}
 	}
 	n.id = created.ID
 	if err := ctxErr(ctx, "create network"); err != nil {
-		return nil, nil, err
+		return err
 	}
-	port := 0
-	if !p.Open {
-		if n.proxyL, err = net.Listen("tcp", net.JoinHostPort(n.gateway, "0")); err != nil {
-			return nil, nil, fmt.Errorf("sandbox: egress proxy: %w", err)
-		}
-		port = n.proxyL.Addr().(*net.TCPAddr).Port
-		rules, _ := egress.ParseRules(p.Allow)
-		creds := map[string]egress.Credential{}
-		for _, c := range p.Credentials {
-			creds[strings.ToLower(c.Host)] = egress.Credential{Header: c.Header, Value: c.Value, AllowHTTP: c.AllowHTTP}
-		}
-		if len(creds) > 0 {
-			if n.ca, err = egress.NewCA(); err != nil {
-				return nil, nil, err
-			}
-		}
-		n.proxy = egress.New(egress.Config{
-			Policy: egress.Policy{Rules: rules}, Credentials: creds, CA: n.ca,
-			Resolve: s.cfg.resolve, UpstreamRoots: s.cfg.upstreamRoots,
-			Log: s.logDecision,
-		})
-		n.proxyErr = make(chan error, 1)
-		go func() { n.proxyErr <- n.proxy.Serve(n.proxyL) }()
-		proxyURL := "http://" + net.JoinHostPort(n.gateway, strconv.Itoa(port))
-		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
-			env = append(env, k+"="+proxyURL)
-		}
-		env = append(env, "NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1")
-		if n.ca != nil {
-			env = append(env, "SSL_CERT_FILE="+caBundlePath, "REQUESTS_CA_BUNDLE="+caBundlePath,
-				"CURL_CA_BUNDLE="+caBundlePath, "NODE_EXTRA_CA_CERTS="+caPath)
-		}
-		// Queries to the embedded DNS server are forwarded to the gateway,
-		// where the firewall drops them.
-		dns = []string{n.gateway}
+	var err error
+	if n.rules, err = firewall.Isolate(ctx, n.bridge, gateway, 0, n.id); err != nil {
+		return fmt.Errorf("sandbox: network policy: %w", err)
 	}
-	if n.rules, err = firewall.Isolate(ctx, n.bridge, n.gateway, port, n.id); err != nil {
-		return nil, nil, fmt.Errorf("sandbox: network policy: %w", err)
-	}
-	return env, dns, nil
+	return nil
 }
 
 // The CA the sandbox trusts lives in /tmp (a tmpfs inside the sandbox).
@@ -284,23 +315,6 @@ func (s *Sandbox) installCA(ctx context.Context) error {
 	return s.WriteFile(ctx, caBundlePath, bundle, 0o644)
 }
 
-// containerIP records the sandbox's address on its network.
-func (s *Sandbox) containerIP(ctx context.Context) error {
-	info, err := s.cli.ContainerInspect(ctx, s.id)
-	if err != nil {
-		return s.engineErr("inspect", err)
-	}
-	if info.NetworkSettings != nil {
-		if ep := info.NetworkSettings.Networks[s.net.name]; ep != nil {
-			s.net.ip = ep.IPAddress
-		}
-	}
-	if s.net.ip == "" {
-		return errors.New("sandbox: the container got no address on its network")
-	}
-	return nil
-}
-
 func (s *Sandbox) logDecision(d egress.Decision) {
 	attrs := []slog.Attr{slog.String("sandbox", s.id), slog.Bool("allowed", d.Allowed),
 		slog.String("method", d.Method), slog.String("host", d.Host), slog.Int("port", d.Port)}
@@ -318,11 +332,13 @@ func (s *Sandbox) logDecision(d egress.Decision) {
 }
 
 // Expose returns a URL on the host's loopback interface ("http://127.0.0.1:PORT")
-// that forwards connections to port inside the sandbox, for a web app the
-// sandbox runs. The sandbox must have a network policy (AllowHosts() with no
-// hosts is enough; it still reaches nothing). Exposing the same port again
-// returns the same URL. When nothing listens on the port, a request gets an
-// HTTP 502 answer saying so. Close removes the listener.
+// that forwards connections to port on the sandbox's loopback interface,
+// for a web app the sandbox runs (listening on 127.0.0.1 or on every
+// address). It works whatever the network policy, the zero one included:
+// each connection is carried by the sandbox's agent over its own stream,
+// not by a network. Exposing the same port again returns the same URL.
+// When nothing listens on the port, a request gets an HTTP 502 answer
+// saying so. Close removes the listener.
 func (s *Sandbox) Expose(ctx context.Context, port int) (url string, err error) {
 	defer func() {
 		s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.expose", slog.String("sandbox", s.id),
@@ -334,16 +350,13 @@ func (s *Sandbox) Expose(ctx context.Context, port int) (url string, err error) 
 	if port < 1 || port > 65535 {
 		return "", fmt.Errorf("sandbox: Expose: port %d out of range 1-65535", port)
 	}
-	if s.net == nil {
-		return "", fmt.Errorf("%w: Expose needs a sandbox made with WithNetwork (AllowHosts() reaches nothing but can expose ports)", ErrNoNetwork)
-	}
-	n := s.net
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed {
+	x := &s.exposed
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
 		return "", ErrClosed
 	}
-	if e, ok := n.exposed[port]; ok {
+	if e, ok := x.m[port]; ok {
 		return e.url, nil
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -351,8 +364,10 @@ func (s *Sandbox) Expose(ctx context.Context, port int) (url string, err error) 
 		return "", fmt.Errorf("sandbox: Expose: %w", err)
 	}
 	e := &exposure{url: "http://" + l.Addr().String(), l: l, cs: map[net.Conn]struct{}{}}
-	n.exposed[port] = e
-	target := net.JoinHostPort(n.ip, strconv.Itoa(port))
+	if x.m == nil {
+		x.m = map[int]*exposure{}
+	}
+	x.m[port] = e
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
@@ -367,7 +382,7 @@ func (s *Sandbox) Expose(ctx context.Context, port int) (url string, err error) 
 				defer e.wg.Done()
 				defer e.track(c, false)
 				defer c.Close()
-				s.forwardExposed(c, target, port)
+				s.forwardExposed(c, port)
 			}()
 		}
 	}()
@@ -394,9 +409,21 @@ func (e *exposure) close() {
 	e.wg.Wait()
 }
 
+// closeAll closes every exposure (before the agent goes).
+func (x *exposures) closeAll() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.closed = true
+	for _, e := range x.m {
+		e.close()
+	}
+}
+
 // forwardExposed splices a host connection to the sandbox's port.
-func (s *Sandbox) forwardExposed(c net.Conn, target string, port int) {
-	up, err := net.DialTimeout("tcp", target, 5*time.Second)
+func (s *Sandbox) forwardExposed(c net.Conn, port int) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+	up, err := s.agent.Dial(ctx, port)
+	cancel()
 	if err != nil {
 		// Answer once the request is in: a response that comes before it
 		// is dropped by clients (Go's: "unsolicited response").
@@ -405,7 +432,12 @@ func (s *Sandbox) forwardExposed(c net.Conn, target string, port int) {
 			io.Copy(io.Discard, io.LimitReader(req.Body, 1<<20))
 		}
 		c.SetReadDeadline(time.Time{})
-		msg := fmt.Sprintf("agentsandbox: nothing accepts connections on port %d in sandbox %s: %v\n", port, shortID(s.id), err)
+		why := err.Error()
+		var de *agentconn.DialError
+		if errors.As(err, &de) {
+			why = de.Msg
+		}
+		msg := fmt.Sprintf("agentsandbox: nothing accepts connections on port %d in sandbox %s: %s\n", port, shortID(s.id), why)
 		fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(msg), msg)
 		return
 	}
@@ -413,7 +445,7 @@ func (s *Sandbox) forwardExposed(c net.Conn, target string, port int) {
 	done := make(chan struct{})
 	go func() {
 		io.Copy(up, c)
-		up.(*net.TCPConn).CloseWrite()
+		up.(interface{ CloseWrite() error }).CloseWrite()
 		close(done)
 	}()
 	io.Copy(c, up)
@@ -421,21 +453,17 @@ func (s *Sandbox) forwardExposed(c net.Conn, target string, port int) {
 	<-done
 }
 
-// closeNetwork removes the network, proxy, firewall rules and exposures
+// closeNetwork removes the exposures, proxy, firewall rules and network
 // (after the container is gone).
 func (s *Sandbox) closeNetwork(ctx context.Context) error {
+	s.exposed.closeAll()
 	n := s.net
 	if n == nil {
 		return nil
 	}
 	var errs []error
-	n.mu.Lock()
-	n.closed = true
-	for _, e := range n.exposed {
-		e.close()
-	}
-	n.mu.Unlock()
-	if n.proxy != nil {
+	if n.proxyL != nil {
+		n.proxyL.Close()
 		n.proxy.Close()
 		<-n.proxyErr
 	}

@@ -1,6 +1,7 @@
 package sandbox_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -16,7 +17,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -31,9 +31,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/client"
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/internal/egress"
@@ -251,32 +249,38 @@ func netListener(t *testing.T, addr string) (net.Listener, *atomic.Int32) {
 
 func netPort(l net.Listener) string { return strconv.Itoa(l.Addr().(*net.TCPAddr).Port) }
 
-// netGateway returns the sandbox network's gateway (the host's address on
-// the sandbox's bridge), read from HTTP_PROXY inside the sandbox.
-func netGateway(t *testing.T, sb *sandbox.Sandbox) string {
+// hostAddr returns an address of this machine the sandbox must not reach:
+// the docker0 bridge's, else the first non-loopback IPv4 address of an
+// interface that is up.
+func hostAddr(t *testing.T) string {
 	t.Helper()
-	r := mustExec(t, sb, "printenv HTTP_PROXY")
-	u, err := url.Parse(strings.TrimSpace(r.Stdout))
-	if r.ExitCode != 0 || err != nil || u.Hostname() == "" {
-		t.Fatalf("HTTP_PROXY in the sandbox: %q %q", r.Stdout, r.Stderr)
+	if d := dockerBridgeAddr(); d != "" {
+		return d
 	}
-	return u.Hostname()
+	ifcs, _ := net.Interfaces()
+	for _, ifc := range ifcs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil {
+				return ip.IP.String()
+			}
+		}
+	}
+	t.Fatal("this machine has no address but loopback")
+	return ""
 }
 
-// netNetworkID returns the ID of the network the sandbox's container is on.
-func netNetworkID(t *testing.T, cli *client.Client, sb *sandbox.Sandbox) string {
+// netMode returns the container's network mode, as the engine has it.
+func netMode(t *testing.T, sb *sandbox.Sandbox) string {
 	t.Helper()
-	info, err := cli.ContainerInspect(testCtx(t), sb.ID())
+	info, err := engineClient(t).ContainerInspect(testCtx(t), sb.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, ep := range info.NetworkSettings.Networks {
-		if strings.HasPrefix(name, "agentsandbox-") {
-			return ep.NetworkID
-		}
-	}
-	t.Fatalf("the sandbox is on no agentsandbox network: %v", info.NetworkSettings.Networks)
-	return ""
+	return string(info.HostConfig.NetworkMode)
 }
 
 // netRules returns the host's INPUT rules tagged for a network.
@@ -354,9 +358,6 @@ func TestNetworkNone(t *testing.T) {
 	if want := "lo\nproxy=\nlo\n1\n"; r.Stdout != want || r.ExitCode != 0 {
 		t.Errorf("interfaces, proxy, routes = %q (stderr %q), want %q", r.Stdout, r.Stderr, want)
 	}
-	if _, err := sb.Expose(testCtx(t), 8000); !errors.Is(err, sandbox.ErrNoNetwork) || !strings.Contains(err.Error(), "WithNetwork") {
-		t.Errorf("Expose on a sandbox without a network: %v, want a clear error", err)
-	}
 }
 
 // An allow-list: the proxy serves listed names only, refuses loopback
@@ -380,7 +381,19 @@ func TestNetworkAllowList(t *testing.T) {
 		[]sandbox.Option{sandbox.WithNetwork(sandbox.AllowHosts("api.test:" + port)), resolve},
 	)
 	sb, noCIDR := sbs[0], sbs[1]
-	gw := netGateway(t, sb)
+	host := hostAddr(t)
+
+	t.Run("no interface", func(t *testing.T) {
+		// The proxy is on the sandbox's own loopback, relayed by the agent:
+		// the sandbox has no network, and the engine's host no rule.
+		r := mustExec(t, sb, `ls /sys/class/net; echo "$HTTP_PROXY"; cat /proc/net/route | wc -l`)
+		if !regexp.MustCompile(`^lo\nhttp://127\.0\.0\.1:\d+\n1\n$`).MatchString(r.Stdout) || r.ExitCode != 0 {
+			t.Errorf("interfaces, proxy, routes = %q (stderr %q), want lo only and a loopback proxy", r.Stdout, r.Stderr)
+		}
+		if m := netMode(t, sb); m != "none" {
+			t.Errorf("the container's network mode is %q, want none", m)
+		}
+	})
 
 	t.Run("proxy", func(t *testing.T) {
 		api, other, meta := "http://api.test:"+port+"/x", "http://other.test:"+port+"/", "http://meta.test:"+port+"/latest/meta-data/"
@@ -411,11 +424,11 @@ func TestNetworkAllowList(t *testing.T) {
 		}
 	})
 
-	t.Run("host firewall", func(t *testing.T) {
+	t.Run("host unreachable", func(t *testing.T) {
 		lAny, nAny := netListener(t, "0.0.0.0:0")
-		lGw, nGw := netListener(t, net.JoinHostPort(gw, "0"))
+		lHost, nHost := netListener(t, net.JoinHostPort(host, "0"))
 		// The listeners work for the host itself.
-		for _, a := range []string{net.JoinHostPort(gw, netPort(lAny)), lGw.Addr().String()} {
+		for _, a := range []string{net.JoinHostPort(host, netPort(lAny)), lHost.Addr().String()} {
 			c, err := net.DialTimeout("tcp", a, 5*time.Second)
 			if err != nil {
 				t.Fatalf("host to its own listener %s: %v", a, err)
@@ -423,21 +436,18 @@ func TestNetworkAllowList(t *testing.T) {
 			c.Close()
 		}
 		deadline := time.Now().Add(testenv.HangGuard)
-		for nAny.Load()+nGw.Load() != 2 {
+		for nAny.Load()+nHost.Load() != 2 {
 			if time.Now().After(deadline) {
 				t.Fatal("the listeners did not count the host's connections")
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 		nAny.Store(0)
-		nGw.Store(0)
+		nHost.Store(0)
 		targets := []string{
-			net.JoinHostPort(gw, netPort(lAny)), // 0.0.0.0 listener, via the bridge's gateway
-			lGw.Addr().String(),                 // listener on the gateway address itself
-			"127.0.0.1:" + netPort(lAny),        // the sandbox's own loopback, not the host's
-		}
-		if d := dockerBridgeAddr(); d != "" {
-			targets = append(targets, net.JoinHostPort(d, netPort(lAny))) // another host address
+			net.JoinHostPort(host, netPort(lAny)), // 0.0.0.0 listener, at a host address
+			lHost.Addr().String(),                 // listener on that address itself
+			"127.0.0.1:" + netPort(lAny),          // the sandbox's own loopback, not the host's
 		}
 		res := netConnect(t, sb, targets...)
 		for _, target := range targets {
@@ -445,20 +455,21 @@ func TestNetworkAllowList(t *testing.T) {
 				t.Errorf("the sandbox connected to host listener %s: %q", target, res[target])
 			}
 		}
-		if nAny.Load()+nGw.Load() != 0 {
-			t.Errorf("host listeners accepted %d connections from the sandbox", nAny.Load()+nGw.Load())
+		if nAny.Load()+nHost.Load() != 0 {
+			t.Errorf("host listeners accepted %d connections from the sandbox", nAny.Load()+nHost.Load())
 		}
 		t.Logf("direct connections from the sandbox: %v", res)
 	})
 
 	t.Run("dns", func(t *testing.T) {
-		pc, err := net.ListenPacket("udp", net.JoinHostPort(gw, "53"))
+		pc, err := net.ListenPacket("udp", net.JoinHostPort(host, "0"))
 		if err != nil {
-			t.Fatalf("listen udp %s:53: %v", gw, err)
+			t.Fatalf("listen udp %s: %v", host, err)
 		}
 		defer pc.Close()
+		dnsAddr := pc.LocalAddr().String()
 		// The host itself reaches the listener.
-		hc, err := net.Dial("udp", net.JoinHostPort(gw, "53"))
+		hc, err := net.Dial("udp", dnsAddr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -487,18 +498,19 @@ for name in ("api.test", "nothing.invalid"):
         res[name] = str(socket.getaddrinfo(name, 80))
     except Exception as e:
         res[name] = "fails: " + str(e)
-# A raw DNS query for api.test to the gateway.
+# A raw DNS query for api.test to a host address.
 q = bytes.fromhex("1234010000010000000000000361706904746573740000010001")
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.settimeout(2)
 try:
-    s.sendto(q, (sys.argv[1], 53))
+    s.sendto(q, (sys.argv[1], int(sys.argv[2])))
     res["udp"] = "answer: %r" % (s.recvfrom(512),)
 except Exception as e:
     res["udp"] = "fails: " + type(e).__name__ + " " + str(e)
 print(json.dumps(res))
 `
-		out, errOut, code := netPy(t, sb, script, []string{"RES_OPTIONS=timeout:1 attempts:1"}, "", gw)
+		dnsHost, dnsPort, _ := net.SplitHostPort(dnsAddr)
+		out, errOut, code := netPy(t, sb, script, []string{"RES_OPTIONS=timeout:1 attempts:1"}, "", dnsHost, dnsPort)
 		var res map[string]string
 		if code != 0 || json.Unmarshal([]byte(out), &res) != nil {
 			t.Fatalf("dns script: %d %s %s", code, out, errOut)
@@ -512,38 +524,43 @@ print(json.dumps(res))
 		// answers); stop the reader.
 		pc.SetReadDeadline(time.Now())
 		if r := <-got; !strings.Contains(r, "timeout") {
-			t.Errorf("the host's UDP listener on %s:53 received a packet from the sandbox: %s", gw, r)
+			t.Errorf("the host's UDP listener on %s received a packet from the sandbox: %s", dnsAddr, r)
 		}
 		t.Logf("DNS from the sandbox: %v", res)
 	})
 
 	t.Run("sandboxes are apart", func(t *testing.T) {
-		ipOf := func(sb *sandbox.Sandbox) string {
-			r := mustExec(t, sb, "hostname -i")
-			ip := strings.TrimSpace(r.Stdout)
-			if _, err := netip.ParseAddr(ip); err != nil {
-				t.Fatalf("hostname -i = %q %q", r.Stdout, r.Stderr)
-			}
-			return ip
-		}
-		ipA, ipB := ipOf(sb), ipOf(noCIDR)
-		if ipA == ipB {
-			t.Fatalf("both sandboxes have address %s", ipA)
-		}
+		// Sandbox B serves on every address it has; sandbox A, on its own
+		// loopback, finds nothing there, and B's server sees no one.
 		ctx, cancel := context.WithCancel(testCtx(t))
-		srv := noCIDR.Command(ctx, "python3", "-m", "http.server", "8000", "--bind", "0.0.0.0")
+		srv := noCIDR.Command(ctx, "python3", "-c", `
+import socket, sys
+s = socket.socket()
+s.bind(("0.0.0.0", 8000))
+s.listen()
+print("listening", flush=True)
+c, a = s.accept()
+print("accepted", a, flush=True)
+`)
+		out, _ := srv.StdoutPipe()
 		if err := srv.Start(); err != nil {
 			t.Fatal(err)
 		}
 		defer func() { cancel(); srv.Wait() }()
-		if out, errOut, code := netPy(t, noCIDR, waitListenPy, nil, "", ipB, "8000"); code != 0 {
-			t.Fatalf("the server in sandbox B does not listen on its own address: %s %s", out, errOut)
+		br := bufio.NewReader(out)
+		if line, err := br.ReadString('\n'); line != "listening\n" {
+			t.Fatalf("the server in sandbox B: %q %v", line, err)
 		}
-		res := netConnect(t, sb, ipB+":8000")
-		if res[ipB+":8000"] == "connected" {
-			t.Errorf("sandbox A (%s) reached sandbox B's server at %s:8000", ipA, ipB)
+		res := netConnect(t, sb, "127.0.0.1:8000")
+		if res["127.0.0.1:8000"] == "connected" {
+			t.Errorf("sandbox A reached a server at 127.0.0.1:8000")
 		}
-		t.Logf("A %s -> B %s:8000: %s", ipA, ipB, res[ipB+":8000"])
+		cancel()
+		rest, _ := io.ReadAll(br)
+		if strings.Contains(string(rest), "accepted") {
+			t.Errorf("sandbox B's server accepted a connection: %q", rest)
+		}
+		t.Logf("A -> 127.0.0.1:8000 (B serves on 0.0.0.0:8000): %s", res["127.0.0.1:8000"])
 	})
 
 	t.Run("audit", func(t *testing.T) {
@@ -733,12 +750,12 @@ print(json.dumps({"root": root_opts, "files": files, "procs": procs, "hits": hit
 	}
 }
 
-// Expose: a web app in the sandbox is reached from the host; a port with
-// nothing behind it answers 502 at once; Close takes the URL, the network
-// and the firewall rules away.
+// Expose: a web app in a sandbox with no network at all is reached from
+// the host (through the agent); a port with nothing behind it answers 502
+// at once; Close takes the URLs away and cuts open connections.
 func TestNetworkExpose(t *testing.T) {
 	t.Parallel()
-	sb := newPython(t, sandbox.WithNetwork(sandbox.AllowHosts()))
+	sb := newPython(t)
 	ctx := testCtx(t)
 	if err := sb.WriteFile(ctx, "hello.txt", []byte("hi\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -772,6 +789,21 @@ func TestNetworkExpose(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "Directory listing for /") || !strings.Contains(string(body), "hello.txt") {
 		t.Errorf("GET %s = %s %q", u, resp.Status, body)
 	}
+	// Many windows of binary data, byte for byte.
+	big := make([]byte, 8<<20+3)
+	rand.Read(big)
+	if err := sb.WriteFile(ctx, "big.bin", big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = hc.Get(u + "/big.bin")
+	if err != nil {
+		t.Fatalf("GET %s/big.bin: %v", u, err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !bytes.Equal(got, big) {
+		t.Errorf("GET big.bin: %d of %d bytes, equal %v, %v", len(got), len(big), bytes.Equal(got, big), err)
+	}
 	for _, p := range []int{0, -1, 65536} {
 		if _, err := sb.Expose(ctx, p); err == nil || !strings.Contains(err.Error(), "out of range") {
 			t.Errorf("Expose(%d): %v, want out of range", p, err)
@@ -797,10 +829,8 @@ func TestNetworkExpose(t *testing.T) {
 	}
 	t.Logf("GET %s (nothing listening): %s after %v", u2, resp.Status, d)
 
-	cli := engineClient(t)
-	netID := netNetworkID(t, cli, sb)
-	if rules := netRules(t, netID); len(rules) != 3 {
-		t.Errorf("firewall rules for the network before Close: %q, want 3", rules)
+	if m := netMode(t, sb); m != "none" {
+		t.Errorf("the container's network mode is %q, want none", m)
 	}
 	// A connection open through the URL is cut by Close.
 	open, err := net.Dial("tcp", strings.TrimPrefix(u, "http://"))
@@ -828,21 +858,6 @@ func TestNetworkExpose(t *testing.T) {
 	}
 	if _, err := sb.Expose(ctx, 8000); !errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("Expose after Close: %v, want ErrClosed", err)
-	}
-	if _, err := cli.NetworkInspect(ctx, netID, network.InspectOptions{}); !cerrdefs.IsNotFound(err) {
-		t.Errorf("the network after Close: %v, want not found", err)
-	}
-	nets, err := cli.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("label", engine.LabelOwner+"="+engine.Owner()))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nets {
-		if n.ID == netID {
-			t.Errorf("the network is still listed by label after Close: %s", n.Name)
-		}
-	}
-	if rules := netRules(t, netID); len(rules) != 0 {
-		t.Errorf("firewall rules left after Close: %q", rules)
 	}
 }
 

@@ -55,22 +55,23 @@ const DefaultTimeout = 30 * time.Second
 // sent to. Create one with New and end it with Close. A Sandbox is safe for
 // concurrent use by multiple goroutines.
 type Sandbox struct {
-	cfg    config
-	cli    engine.API
-	name   string // the container's name, unique, chosen before it is created
-	id     string
-	user   string // the user as given (WithUser) or drawn (ownUser)
-	uid    int    // the user's IDs, as the agent resolved them
-	gid    int
-	log    *slog.Logger
-	agent  *agentconn.Conn // the agent, the container's main process
-	attach types.HijackedResponse
-	stderr *tail        // the last of the agent's stderr, for errors
-	volume string       // the workdir volume
-	base   string       // the image the sandbox (or the snapshot it came from) was made from
-	snap   *Snapshot    // the snapshot it was restored from, if any
-	net    *netState    // set when the network policy is not "none"
-	dev    *disk.Device // backs volume when Limits.Disk > 0
+	cfg     config
+	cli     engine.API
+	name    string // the container's name, unique, chosen before it is created
+	id      string
+	user    string // the user as given (WithUser) or drawn (ownUser)
+	uid     int    // the user's IDs, as the agent resolved them
+	gid     int
+	log     *slog.Logger
+	agent   *agentconn.Conn // the agent, the container's main process
+	attach  types.HijackedResponse
+	stderr  *tail     // the last of the agent's stderr, for errors
+	volume  string    // the workdir volume
+	base    string    // the image the sandbox (or the snapshot it came from) was made from
+	snap    *Snapshot // the snapshot it was restored from, if any
+	net     *netState // set when the network policy is not "none"
+	exposed exposures
+	dev     *disk.Device // backs volume when Limits.Disk > 0
 
 	created time.Time // when create began
 
@@ -375,26 +376,24 @@ func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 	if err := s.createVolume(ctx); err != nil {
 		return nil, err
 	}
-	var netEnv, dns []string
+	var netEnv []string
 	if !cfg.network.none() {
-		if netEnv, dns, err = s.createNetwork(ctx); err != nil {
+		if netEnv, err = s.createNetwork(ctx); err != nil {
 			return nil, err
 		}
 	}
-	err = s.createContainer(ctx, netEnv, dns)
+	err = s.createContainer(ctx, netEnv)
 	if errors.Is(err, errAgentMissing) {
 		// The agent's volume was removed or emptied behind the library:
 		// fill it again, once.
 		s.discardContainer()
-		err = s.createContainer(ctx, netEnv, dns)
+		err = s.createContainer(ctx, netEnv)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if s.net != nil {
-		if err := s.containerIP(ctx); err != nil {
-			return nil, err
-		}
+	if s.net != nil && s.net.proxy != nil {
+		s.serveProxy()
 		if s.net.ca != nil {
 			if err := s.installCA(ctx); err != nil {
 				return nil, fmt.Errorf("sandbox: installing the egress CA: %w", err)
@@ -553,7 +552,7 @@ func (s *Sandbox) baseEnv() []string {
 	return append(env, s.cfg.env...) // later entries win
 }
 
-func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) error {
+func (s *Sandbox) createContainer(ctx context.Context, netEnv []string) error {
 	l := s.cfg.limits
 	lifetime := int64(0)
 	if l.Lifetime > 0 {
@@ -571,9 +570,13 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 	if err != nil {
 		return fmt.Errorf("sandbox: seccomp profile: %w", err)
 	}
+	entry := []string{agentDir + "/agent", fmt.Sprintf("-lifetime=%ds", lifetime), "-user=" + s.user}
+	if s.net != nil && s.net.relayPort != 0 {
+		entry = append(entry, fmt.Sprintf("-relay=%d", s.net.relayPort))
+	}
 	cc := &container.Config{
 		Image:        s.cfg.image,
-		Entrypoint:   []string{agentDir + "/agent", fmt.Sprintf("-lifetime=%ds", lifetime), "-user=" + s.user},
+		Entrypoint:   entry,
 		Cmd:          nil,
 		User:         "0:0", // the agent; commands run as s.user
 		WorkingDir:   s.cfg.workdir,
@@ -589,7 +592,6 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 	hc := &container.HostConfig{
 		AutoRemove:     true,
 		NetworkMode:    "none",
-		DNS:            dns,
 		CapDrop:        []string{"ALL"},
 		CapAdd:         agentCaps,
 		SecurityOpt:    []string{"no-new-privileges:true", "seccomp=" + string(profile)},
@@ -606,7 +608,7 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv, dns []string) err
 			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
 		}},
 	}
-	if s.net != nil {
+	if s.net != nil && s.net.name != "" {
 		hc.NetworkMode = container.NetworkMode(s.net.name)
 	}
 	r := &hc.Resources

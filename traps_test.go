@@ -40,18 +40,22 @@ func TestHostEnvRefused(t *testing.T) {
 }
 
 // TestNetworkUnsupported: where firewall rules cannot be installed (no
-// root, no iptables), a network policy fails with ErrNetworkUnsupported,
-// and the default sandbox (no network) still works. Not parallel: it swaps
-// the library's check.
+// root, no iptables), Open fails with ErrNetworkUnsupported; an allow-list
+// needs no host rule and works, and so does the default sandbox. Not
+// parallel: it swaps the library's check.
 func TestNetworkUnsupported(t *testing.T) {
 	restore := sandbox.SetFirewallSupported(func() error { return errors.New("network policies need root (test)") })
 	defer restore()
 	ctx := testCtx(t)
-	_, err := sandbox.New(ctx, sandbox.WithImage(busyboxImage), sandbox.WithNetwork(sandbox.AllowHosts()))
+	_, err := sandbox.New(ctx, sandbox.WithImage(busyboxImage), sandbox.WithNetwork(sandbox.NetworkPolicy{Open: true}))
 	if !errors.Is(err, sandbox.ErrNetworkUnsupported) || !strings.Contains(err.Error(), "need root") {
-		t.Fatalf("New with a network policy where none can be set up: %v", err)
+		t.Fatalf("New with Open where it cannot be set up: %v", err)
 	}
-	sb := newSandbox(t)
+	sb := newSandbox(t, sandbox.WithNetwork(sandbox.AllowHosts()))
+	if r := mustExec(t, sb, "echo $HTTP_PROXY"); !strings.HasPrefix(r.Stdout, "http://127.0.0.1:") {
+		t.Errorf("allow-list sandbox without host rules: %q %q", r.Stdout, r.Stderr)
+	}
+	sb = newSandbox(t)
 	if r := mustExec(t, sb, "echo ok"); r.Stdout != "ok\n" {
 		t.Errorf("default sandbox: %q", r.Stdout)
 	}

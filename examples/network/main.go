@@ -11,7 +11,8 @@
 // certificate this program makes; the policy allows that one address. The
 // image comes from -image, else SANDBOX_IMAGE, else the project's own
 // Debian + Python image, which is built offline first if it is missing. It
-// needs python3. Network policies need root (host firewall rules).
+// needs python3. It needs no root: the sandbox itself has no network, and
+// its agent carries the proxy's and Expose's connections.
 package main
 
 import (
