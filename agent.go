@@ -50,11 +50,11 @@ var (
 // fills, from this process or others, are safe: the binary is written
 // under a name of its own and then linked into place.
 func (s *Sandbox) agentVolume(ctx context.Context) (string, error) {
-	arch, err := s.engineArch(ctx)
+	info, err := s.engineInfo(ctx)
 	if err != nil {
 		return "", err
 	}
-	bin, hash, err := agentbin.Binary(arch)
+	bin, hash, err := agentbin.Binary(info.Arch)
 	if err != nil {
 		return "", fmt.Errorf("sandbox: %w", err)
 	}
@@ -149,18 +149,21 @@ func agentArchive(bin []byte) io.Reader {
 	return &buf
 }
 
-var engineArchs sync.Map // engine address -> architecture
+// engineInfos caches what an engine said of itself, by address.
+var engineInfos sync.Map // engine address -> engine.Info
 
-// engineArch returns the engine's architecture ("amd64", "arm64").
-func (s *Sandbox) engineArch(ctx context.Context) (string, error) {
+// engineInfo returns what the engine says of itself: its architecture
+// ("amd64", "arm64") and whether it is Podman.
+func (s *Sandbox) engineInfo(ctx context.Context) (engine.Info, error) {
 	host := engine.Host(s.cfg.host)
-	if a, ok := engineArchs.Load(host); ok {
-		return a.(string), nil
+	if i, ok := engineInfos.Load(host); ok {
+		return i.(engine.Info), nil
 	}
 	v, err := s.cli.ServerVersion(ctx)
 	if err != nil {
-		return "", s.engineErr("engine version", err)
+		return engine.Info{}, s.engineErr("engine version", err)
 	}
-	engineArchs.Store(host, v.Arch)
-	return v.Arch, nil
+	info := engine.InfoOf(v)
+	engineInfos.Store(host, info)
+	return info, nil
 }

@@ -356,11 +356,6 @@ func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 	if cfg.restore != nil {
 		s.base = cfg.restore.base
 	}
-	if s.cfg.user == "" {
-		s.user = ownUser() // a restored sandbox gets one of its own too
-	} else {
-		s.user = s.cfg.user
-	}
 	defer func() {
 		if err != nil {
 			s.teardown()
@@ -369,6 +364,10 @@ func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 	}()
 	if s.cli, err = connect(ctx, cfg.host, cfg.timeout); err != nil {
 		return nil, err
+	}
+	s.user = s.cfg.user
+	if s.user == "" {
+		s.user = ownUser() // a restored sandbox gets one of its own too
 	}
 	if err := s.ensureImage(ctx); err != nil {
 		return nil, err
@@ -448,6 +447,10 @@ func (s *Sandbox) ensureImage(ctx context.Context) error {
 func (s *Sandbox) createVolume(ctx context.Context) error {
 	// The name is chosen here, not by the engine, so that teardown can
 	// remove a volume whose create timed out but happened.
+	info, err := s.engineInfo(ctx)
+	if err != nil {
+		return err
+	}
 	s.volume = objectName("workdir")
 	opts := volume.CreateOptions{Name: s.volume, Driver: "local", Labels: engine.Labels("workdir", nil)}
 	switch {
@@ -466,6 +469,13 @@ func (s *Sandbox) createVolume(ctx context.Context) error {
 					"the default Limits.Disk of %s (and /tmp and /dev/shm of %s each) made to fit in Limits.Memory of %s; raise Memory for more",
 					mib(s.cfg.limits.Disk), mib(s.cfg.limits.TmpSize), mib(s.cfg.limits.Memory))))
 			s.cfg.limits = fit
+		}
+		if info.Podman {
+			// Podman takes a local volume's size option for a quota
+			// its file system lacks: the container gets a tmpfs mount
+			// of its own instead (see workdirMount).
+			s.volume = ""
+			return nil
 		}
 		opts.DriverOpts = map[string]string{"type": "tmpfs", "device": "tmpfs",
 			"o": fmt.Sprintf("size=%d,mode=0755", s.cfg.limits.Disk)}
@@ -489,6 +499,18 @@ func (s *Sandbox) createVolume(ctx context.Context) error {
 	}
 	s.volume = v.Name
 	return ctxErr(ctx, "create volume")
+}
+
+// workdirMount is the working directory's mount: its volume, or a tmpfs
+// of Limits.Disk where no volume could be made (Podman without a loop
+// device).
+func (s *Sandbox) workdirMount() mount.Mount {
+	if s.volume == "" {
+		return mount.Mount{Type: mount.TypeTmpfs, Target: s.cfg.workdir,
+			TmpfsOptions: &mount.TmpfsOptions{SizeBytes: s.cfg.limits.Disk, Mode: 0o755}}
+	}
+	return mount.Mount{Type: mount.TypeVolume, Source: s.volume, Target: s.cfg.workdir,
+		VolumeOptions: &mount.VolumeOptions{NoCopy: true}}
 }
 
 // diskKind names what the working directory is: "ext4" (a loop-mounted
@@ -562,15 +584,28 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv []string) error {
 	if err != nil {
 		return err
 	}
-	arch, err := s.engineArch(ctx)
+	info, err := s.engineInfo(ctx)
 	if err != nil {
 		return err
 	}
-	profile, err := json.Marshal(seccomp.Profile(arch))
+	profile, err := json.Marshal(seccomp.Profile(info.Arch))
 	if err != nil {
 		return fmt.Errorf("sandbox: seccomp profile: %w", err)
 	}
+	secOpt := "seccomp=" + string(profile)
+	if info.Podman {
+		// Podman reads the profile from a file on its host (this one,
+		// for a local socket).
+		p, err := seccomp.File(os.TempDir(), profile)
+		if err != nil {
+			return fmt.Errorf("sandbox: seccomp profile for Podman: %w", err)
+		}
+		secOpt = "seccomp=" + p
+	}
 	entry := []string{agentDir + "/agent", fmt.Sprintf("-lifetime=%ds", lifetime), "-user=" + s.user}
+	if s.cfg.user == "" {
+		entry = append(entry, "-drawn") // the agent may move it into a rootless engine's IDs
+	}
 	if s.net != nil && s.net.relayPort != 0 {
 		entry = append(entry, fmt.Sprintf("-relay=%d", s.net.relayPort))
 	}
@@ -594,16 +629,13 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv []string) error {
 		NetworkMode:    "none",
 		CapDrop:        []string{"ALL"},
 		CapAdd:         agentCaps,
-		SecurityOpt:    []string{"no-new-privileges:true", "seccomp=" + string(profile)},
+		SecurityOpt:    []string{"no-new-privileges:true", secOpt},
 		ReadonlyRootfs: true,
 		LogConfig:      container.LogConfig{Type: "none"},
 		Runtime:        s.cfg.runtime,
 		ShmSize:        l.TmpSize, // /dev/shm: like /tmp, RAM counted towards Memory
 		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", l.TmpSize)},
-		Mounts: []mount.Mount{{
-			Type: mount.TypeVolume, Source: s.volume, Target: s.cfg.workdir,
-			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
-		}, {
+		Mounts: []mount.Mount{s.workdirMount(), {
 			Type: mount.TypeVolume, Source: agentVol, Target: agentDir, ReadOnly: true,
 			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
 		}},
@@ -630,6 +662,9 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv []string) error {
 	// POSIX message queues: the kernel's default per-user bound, set here
 	// so that the engine's own limits do not change it.
 	r.Ulimits = append(r.Ulimits, &container.Ulimit{Name: "msgqueue", Soft: msgQueueBytes, Hard: msgQueueBytes})
+	if info.Podman {
+		r.Ulimits = append(r.Ulimits, podmanUlimits()...)
+	}
 	hc.Sysctls = ipcSysctls(l)
 	s.name = objectName("sandbox")
 	dctx, cancel := detached(ctx)
@@ -970,7 +1005,9 @@ func (s *Sandbox) teardown() error {
 	}
 	// Without an ID the create may still have happened: remove by name.
 	if target := cmp.Or(s.id, s.name); target != "" {
-		err := s.cli.ContainerRemove(ctx, target, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		err := engine.RetryBusy(ctx, func() error {
+			return s.cli.ContainerRemove(ctx, target, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		}, engine.IsStopping)
 		if err != nil && !engine.IsGone(err) {
 			s.remember(leftover.Container, target, err)
 			errs = append(errs, fmt.Errorf("sandbox: remove container %s: %w", shortID(target), err))
@@ -1211,4 +1248,18 @@ func errAttr(err error) slog.Attr {
 		return slog.Attr{}
 	}
 	return slog.String("error", err.Error())
+}
+
+// podmanNPROC is the RLIMIT_NPROC a Podman sandbox gets (see
+// podmanUlimits).
+const podmanNPROC = 16384
+
+// podmanUlimits are the limits Podman needs to be given: running as root it
+// raises RLIMIT_NPROC to 4194304 by default (and RLIMIT_NOFILE to 1048576,
+// unless OpenFiles sets it), which a host that caps root's limits refuses
+// ("error setting rlimit"). RLIMIT_NPROC counts a user's processes on the
+// whole host: sandbox users are uids of their own, the agent (root) is
+// exempt, and PIDs stays the sandbox's bound.
+func podmanUlimits() []*container.Ulimit {
+	return []*container.Ulimit{{Name: "nproc", Soft: podmanNPROC, Hard: podmanNPROC}}
 }

@@ -24,6 +24,11 @@ import (
 // tag; command n gets tagBase+n. The range is far from any real group.
 const tagBase = 1_900_000_000
 
+// tagSpan is how many tags there are in a user namespace that maps too few
+// IDs for tagBase (a rootless engine's 65536): the top tagSpan of them,
+// each reused once no process carries it.
+const tagSpan = 8192
+
 type agent struct {
 	w *wire.Writer
 
@@ -33,6 +38,7 @@ type agent struct {
 	files   map[uint32]*fileOp
 	relays  map[uint32]*relay
 	nextTag uint32
+	tags    tagRange    // where tags come from
 	accepts chan *relay // Accept requests waiting for a connection; nil without a relay port
 
 	fs      *workers  // run file operations as the sandbox user
@@ -266,8 +272,7 @@ func (a *agent) start(ch uint32, req wire.ExecRequest) {
 		a.fail(ch, fmt.Errorf("agent: channel %d is in use", ch))
 		return
 	}
-	a.nextTag++
-	p.tag = tagBase + a.nextTag
+	p.tag = a.newTag()
 	attr.Sys.Credential = &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{gid, p.tag}}
 	// Under a.mu: the reaper cannot collect the child before it is known
 	// (and forks, which change the agent's oom_score_adj, take turns).
@@ -418,6 +423,40 @@ func (a *agent) kill(ch uint32) {
 	p.mu.Unlock()
 	n, rounds := killTag(p.tag, os.Getpid())
 	a.sendJSON(wire.Killed, ch, wire.KillResult{Processes: n, Rounds: rounds})
+}
+
+// tagRange is where commands' tags come from: from tagBase up, or, in a
+// small user namespace, a span of reused tags.
+type tagRange struct {
+	base, span uint32 // span 0: from tagBase up, never reused
+}
+
+// tagsFor returns the tags for a user namespace that maps IDs 0 to
+// mapped-1.
+func tagsFor(mapped uint64) tagRange {
+	if mapped > tagBase+1<<30 {
+		return tagRange{}
+	}
+	return tagRange{base: uint32(mapped - tagSpan), span: tagSpan}
+}
+
+// newTag returns the next command's tag (a.mu held). A reused tag is one
+// no live process carries: a kill by it takes only its own command's
+// processes.
+func (a *agent) newTag() uint32 {
+	a.nextTag++
+	if a.tags.span == 0 {
+		return tagBase + a.nextTag
+	}
+	inUse := groupsInUse(os.Getpid())
+	for range a.tags.span {
+		t := a.tags.base + a.nextTag%a.tags.span
+		if !inUse[t] {
+			return t
+		}
+		a.nextTag++
+	}
+	return a.tags.base + a.nextTag%a.tags.span // every tag taken: share one
 }
 
 // mergeEnv returns base with add applied: an entry of add replaces the

@@ -15,6 +15,12 @@
 // cannot drop without CAP_SETGID; a kill finds them by it in
 // /proc/PID/status, which the kernel writes.
 //
+// With -relay it also carries TCP connections between the sandbox's
+// loopback interface and the library (see relay.go): the sandbox reaches
+// the library's egress proxy, and the library the sandbox's ports, with no
+// network. With -drawn, a sandbox user the container's user namespace does
+// not map (a rootless engine maps 65536 IDs) is moved into the IDs it maps.
+//
 // When its stdin ends (the owning process closed the sandbox or died) or
 // its lifetime is over, it exits, and the kernel ends every process of the
 // container with it.
@@ -28,6 +34,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -49,8 +56,16 @@ func main() {
 	lifetime := flag.Duration("lifetime", 0, "exit after this long (0: never)")
 	user := flag.String("user", "0:0", "the sandbox user, given the working directory (the current one)")
 	relayPort := flag.Int("relay", 0, "listen on this port of 127.0.0.1 for connections relayed to the library (0: none)")
+	drawn := flag.Bool("drawn", false, "the user is a random uid:gid of the sandbox's own: move it into the IDs a user namespace maps")
 	flag.Parse()
 	uid, gid, err := ident.Resolve(*user, "/etc/passwd", "/etc/group")
+	var mapped uint64
+	if err == nil {
+		mapped, err = mappedIDs()
+	}
+	if err == nil && *drawn {
+		uid, gid, err = intoMapped(uid, gid, mapped)
+	}
 	if err == nil {
 		err = takeWorkdir(uid, gid)
 	}
@@ -100,6 +115,7 @@ func main() {
 	// the goroutine that waits for it.
 	in, out := pollable(0, "stdin"), pollable(1, "stdout")
 	a := newAgent(newBatcher(out), startWorkers(fileWorkers), newOOMScore())
+	a.tags = tagsFor(mapped)
 	if *relayPort != 0 {
 		if err := a.listenRelay(*relayPort); err != nil {
 			fmt.Fprintf(os.Stderr, "agent: %v\n", err)
@@ -200,4 +216,63 @@ func prewarmThreads(n int) {
 		})
 	}
 	wg.Wait()
+}
+
+// drawnFloor is the lowest ID a drawn user is moved to: clear of the
+// image's own users.
+const drawnFloor = 10_000
+
+// mappedIDs returns how many IDs from 0 up the container's user namespace
+// maps, for users and groups alike.
+func mappedIDs() (uint64, error) {
+	n, err := mappedFromZero("/proc/self/uid_map")
+	if err != nil {
+		return 0, err
+	}
+	gn, err := mappedFromZero("/proc/self/gid_map")
+	return min(n, gn), err
+}
+
+// intoMapped moves a drawn uid and gid (the same number) that the
+// container's user namespace does not map — a rootless engine maps 65536
+// IDs, the library draws from 1e9 up — to one it maps: from drawnFloor up,
+// below the tags (see tagsFor).
+func intoMapped(uid, gid uint32, mapped uint64) (uint32, uint32, error) {
+	if uint64(uid) < mapped && uint64(gid) < mapped {
+		return uid, gid, nil
+	}
+	if mapped < 2*drawnFloor+tagSpan {
+		return 0, 0, fmt.Errorf("the user namespace maps only %d IDs: no room for the sandbox user %d", mapped, uid)
+	}
+	id := uint32(drawnFloor + uint64(uid)%(mapped-tagSpan-drawnFloor))
+	return id, id, nil
+}
+
+// mappedFromZero returns how many IDs from 0 up a /proc/self/*_map file
+// maps without a gap.
+func mappedFromZero(file string) (uint64, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	type span struct{ inside, count uint64 }
+	var spans []span
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var sp span
+		var outside uint64
+		if _, err := fmt.Sscan(line, &sp.inside, &outside, &sp.count); err != nil {
+			return 0, fmt.Errorf("%s: %q: %w", file, line, err)
+		}
+		spans = append(spans, sp)
+	}
+	var n uint64
+	for grew := true; grew; {
+		grew = false
+		for _, sp := range spans {
+			if sp.inside <= n && sp.inside+sp.count > n {
+				n, grew = sp.inside+sp.count, true
+			}
+		}
+	}
+	return n, nil
 }

@@ -155,6 +155,29 @@ func killTag(tag uint32, self int) (killed, rounds int) {
 	return killed, maxRounds
 }
 
+// groupsInUse returns the supplementary groups that live processes other
+// than self carry.
+func groupsInUse(self int) map[uint32]bool {
+	in := map[uint32]bool{}
+	buf := make([]byte, 8<<10)
+	for _, pid := range pids(self) {
+		st, ok := readStatus(pid, buf)
+		if !ok {
+			continue
+		}
+		f := statusFields(st)
+		if f.gone() {
+			continue
+		}
+		for _, g := range bytes.Fields(f.groups) {
+			if n, err := strconv.ParseUint(string(g), 10, 32); err == nil {
+				in[uint32(n)] = true
+			}
+		}
+	}
+	return in
+}
+
 // pids lists the processes in /proc other than self.
 func pids(self int) []int {
 	d, err := os.Open("/proc")

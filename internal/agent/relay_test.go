@@ -252,3 +252,46 @@ func TestRelayDeadlines(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestMappedFromZero(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		maps string
+		want uint64
+	}{
+		{"         0          0 4294967295\n", 4294967295},                              // the initial namespace
+		{"         0       1001          1\n         1     100000      65536\n", 65537}, // rootless Podman
+		{"         0     100000      65536\n", 65536},
+		{"         1     100000      65536\n", 0},                                   // nothing at 0
+		{"         0       1001          1\n         5     100000         10\n", 1}, // a gap
+	} {
+		f := dir + "/map"
+		os.WriteFile(f, []byte(c.maps), 0o644)
+		if n, err := mappedFromZero(f); err != nil || n != c.want {
+			t.Errorf("%q: %d, %v; want %d", c.maps, n, err, c.want)
+		}
+	}
+}
+
+// In a rootless engine's namespace (65537 IDs from 0) a drawn user moves
+// below the tags, and the tags are the namespace's top IDs; in the initial
+// namespace nothing moves and tags start at tagBase.
+func TestIntoMappedAndTags(t *testing.T) {
+	const rootless = 65537
+	uid, gid, err := intoMapped(1_234_567_890, 1_234_567_890, rootless)
+	if err != nil || uid != gid || uid < drawnFloor || uint64(uid) >= rootless-tagSpan {
+		t.Errorf("intoMapped in a rootless namespace: %d:%d, %v", uid, gid, err)
+	}
+	if uid, gid, err := intoMapped(1_234_567_890, 1_234_567_890, 4294967295); err != nil || uid != 1_234_567_890 || gid != uid {
+		t.Errorf("intoMapped in the initial namespace: %d:%d, %v", uid, gid, err)
+	}
+	if _, _, err := intoMapped(1_234_567_890, 1_234_567_890, 1000); err == nil {
+		t.Error("intoMapped with 1000 IDs: no error")
+	}
+	if r := tagsFor(4294967295); r.span != 0 {
+		t.Errorf("tags in the initial namespace: %+v", r)
+	}
+	if r := tagsFor(rootless); r.base != rootless-tagSpan || r.span != tagSpan {
+		t.Errorf("tags in a rootless namespace: %+v", r)
+	}
+}

@@ -335,3 +335,20 @@ func DiedOfOOM(ctx context.Context, cli API, id string, since time.Time) bool {
 		}
 	}
 }
+
+// Info is what an engine says of itself that the library needs.
+type Info struct {
+	Arch   string // the engine's architecture, in Go's spelling or the kernel's
+	Podman bool   // Podman's Docker-compatible API, not Docker's
+}
+
+// InfoOf reads Info from an engine's version answer.
+func InfoOf(v types.Version) Info {
+	info := Info{Arch: v.Arch}
+	for _, c := range v.Components {
+		if strings.Contains(c.Name, "Podman") {
+			info.Podman = true
+		}
+	}
+	return info
+}

@@ -40,6 +40,14 @@ func IsGone(err error) bool {
 		(err != nil && strings.Contains(err.Error(), "unrecognized image ID"))
 }
 
+// IsStopping reports whether err is Podman refusing to force-remove a
+// container that is stopping on its own ("could not be stopped ...
+// container state improper"): the removal succeeds once it has stopped
+// (see RetryBusy).
+func IsStopping(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "container state improper")
+}
+
 // IsInUse reports whether err is the engine refusing to remove an object
 // something still uses: a volume a container (being removed) holds, a
 // network with endpoints still attached. Such a removal succeeds once the

@@ -81,3 +81,17 @@ func TestMayBeState(t *testing.T) {
 		t.Error("MayBeState of a plain error or a cancel")
 	}
 }
+
+// Podman 4.3's answer to a forced remove of a container that is stopping
+// on its own (seen here: its agent had just exited).
+func TestIsStopping(t *testing.T) {
+	stopping := fmt.Errorf("Error response from daemon: cannot remove container f5ca as it could not be stopped: sending SIGKILL to container f5ca: container state improper: stopped: %w", cerrdefs.ErrUnknown)
+	if !IsStopping(stopping) || IsGone(stopping) {
+		t.Errorf("Podman's stopping container: IsStopping %v, IsGone %v; want true, false", IsStopping(stopping), IsGone(stopping))
+	}
+	for _, err := range []error{nil, errors.New("Error response from daemon: something else")} {
+		if IsStopping(err) {
+			t.Errorf("IsStopping(%v)", err)
+		}
+	}
+}

@@ -33,7 +33,16 @@
 package seccomp
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
+	"syscall"
 
 	moby "github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -85,4 +94,50 @@ func applies(s *moby.Syscall, arch string) bool {
 		return false
 	}
 	return true
+}
+
+// File writes the encoded profile into a directory of this user's own
+// (dir/agentsandbox-UID, mode 0700) under a name of its content's hash, if
+// no such file is there yet, and returns its path: Podman's
+// Docker-compatible API takes a profile as a path on the engine's host,
+// where Docker's takes the profile itself. A directory of that name that
+// is not this user's own, or that others may write, is refused: whoever
+// could write the profile could loosen it.
+func File(dir string, encoded []byte) (string, error) {
+	own := filepath.Join(dir, fmt.Sprintf("agentsandbox-%d", os.Getuid()))
+	if err := os.Mkdir(own, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	fi, err := os.Lstat(own)
+	if err != nil {
+		return "", err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != os.Getuid() || fi.Mode().Perm()&0o022 != 0 {
+		return "", fmt.Errorf("%s is not a directory of this user's own that only it may write", own)
+	}
+	sum := sha256.Sum256(encoded)
+	p := filepath.Join(own, "seccomp-"+hex.EncodeToString(sum[:8])+".json")
+	if b, err := os.ReadFile(p); err == nil && bytes.Equal(b, encoded) {
+		return p, nil
+	}
+	f, err := os.CreateTemp(own, "seccomp-*.tmp")
+	if err != nil {
+		return "", err
+	}
+	_, err = f.Write(encoded)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p) // atomic: a reader sees all or nothing
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return p, nil
 }

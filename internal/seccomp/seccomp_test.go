@@ -1,6 +1,8 @@
 package seccomp
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -46,5 +48,32 @@ func TestProfile(t *testing.T) {
 	}
 	if a := Profile("arm64"); slices.Contains(a.Architectures, specs.ArchX86_64) || len(a.Architectures) == 0 {
 		t.Errorf("arm64 architectures %v", a.Architectures)
+	}
+}
+
+// File writes the profile once, into a directory of this user's own, and
+// refuses a directory of that name others may write.
+func TestFile(t *testing.T) {
+	dir := t.TempDir()
+	p, err := File(dir, []byte(`{"a":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(p); err != nil || string(b) != `{"a":1}` {
+		t.Fatalf("%s: %q %v", p, b, err)
+	}
+	own := filepath.Dir(p)
+	if fi, err := os.Stat(own); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("directory %s: %v %v", own, fi.Mode(), err)
+	}
+	if again, err := File(dir, []byte(`{"a":1}`)); err != nil || again != p {
+		t.Errorf("the same profile again: %s %v, want %s", again, err, p)
+	}
+	if other, err := File(dir, []byte(`{"a":2}`)); err != nil || other == p {
+		t.Errorf("another profile: %s %v", other, err)
+	}
+	os.Chmod(own, 0o777)
+	if _, err := File(dir, []byte(`{"a":3}`)); err == nil {
+		t.Error("a directory others may write was used")
 	}
 }
