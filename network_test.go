@@ -1029,3 +1029,56 @@ func TestNetworkBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A sandbox that floods its proxy port with connections that never finish
+// a request holds the proxy's connection slots and nothing else: the
+// sandbox answers meanwhile, the host's heap stays flat, and once the
+// flood ends the proxy serves again. Serial: it measures the process's
+// heap.
+func TestNetworkRelayFlood(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "served") }))
+	t.Cleanup(up.Close)
+	port := strconv.Itoa(up.Listener.Addr().(*net.TCPAddr).Port)
+	sb := newPython(t, sandbox.WithNetwork(sandbox.AllowHosts("api.test:"+port, "127.0.0.1/32")),
+		sandbox.WithTestResolver(netResolver(map[string]string{"api.test": "127.0.0.1"})))
+	ctx := testCtx(t)
+	before := heapNow()
+	floodCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	flood := sb.Command(floodCtx, "python3", "-c", `
+import os, socket, sys, time
+u = os.environ["HTTP_PROXY"].rsplit(":", 1)
+held = []
+for i in range(400):
+    s = socket.create_connection(("127.0.0.1", int(u[1])), timeout=10)
+    s.sendall(b"GET http://api.test/ HTTP/1.1\r\nHost: api.test\r\nX-Pad: ")
+    held.append(s)
+print("held", len(held), flush=True)
+time.sleep(600)
+`)
+	out, _ := flood.StdoutPipe()
+	var floodErr bytes.Buffer
+	flood.Stderr = &floodErr
+	if err := flood.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if line != "held 400\n" {
+		stop()
+		flood.Wait()
+		t.Fatalf("the flood: %q %v %s", line, err, floodErr.String())
+	}
+	if r := mustExec(t, sb, "echo ok"); r.Stdout != "ok\n" {
+		t.Errorf("Exec during the flood: %+v", r)
+	}
+	if grew := heapNow() - before; grew > 32<<20 {
+		t.Errorf("the host's heap grew %d MiB with 400 connections held", grew>>20)
+	}
+	stop()
+	flood.Wait()
+	u := "http://api.test:" + port + "/"
+	res, _ := netFetch(t, sb, u)
+	if f := res[u]; f.Status != 200 || f.Body != "served" {
+		t.Errorf("GET %s after the flood = %+v, want 200", u, f)
+	}
+}
