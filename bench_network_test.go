@@ -211,32 +211,39 @@ class H(http.server.BaseHTTPRequestHandler):
 http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H).serve_forever()
 `
 
-// BenchmarkExpose measures one GET of a python http.server in an
-// AllowHosts() sandbox: through the Expose URL (impl=library: a host
-// loopback listener spliced to the container) and straight to the
-// container's address on its network (impl=floor). conn=new opens a
+// BenchmarkExpose measures one GET of a python http.server in a sandbox:
+// through the Expose URL of a sandbox with no network (impl=library: a
+// host loopback listener, each connection relayed by the agent over its
+// stream) and straight to the address of an Open sandbox on its bridge
+// (impl=floor: the kernel's network path, root only). conn=new opens a
 // connection per request; conn=keepalive reuses one.
 func BenchmarkExpose(b *testing.B) {
 	const want = "hello from the sandbox\n"
-	sb := newPython(b, sandbox.WithNetwork(sandbox.AllowHosts()))
 	ctx := b.Context()
-	srvCtx, stop := context.WithCancel(context.Background())
-	srv := sb.Command(srvCtx, "python3", "-c", exposeServerPy)
-	var srvErr strings.Builder
-	srv.Stderr = &srvErr
-	if err := srv.Start(); err != nil {
-		stop()
-		b.Fatal(err)
+	// serve runs the server in a new sandbox and waits for it.
+	serve := func(opts ...sandbox.Option) *sandbox.Sandbox {
+		sb := newPython(b, opts...)
+		srvCtx, stop := context.WithCancel(context.Background())
+		srv := sb.Command(srvCtx, "python3", "-c", exposeServerPy)
+		var srvErr strings.Builder
+		srv.Stderr = &srvErr
+		if err := srv.Start(); err != nil {
+			stop()
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { stop(); srv.Wait() }) // before the sandbox's Close
+		if out, err := sb.Command(ctx, "python3", "-c", waitListenPy, "127.0.0.1", "8000").CombinedOutput(); err != nil {
+			b.Fatalf("the server does not listen: %v: %s (server: %s)", err, out, srvErr.String())
+		}
+		return sb
 	}
-	b.Cleanup(func() { stop(); srv.Wait() }) // before the sandbox's Close
-	if out, err := sb.Command(ctx, "python3", "-c", waitListenPy, "127.0.0.1", "8000").CombinedOutput(); err != nil {
-		b.Fatalf("the server does not listen: %v: %s (server: %s)", err, out, srvErr.String())
-	}
+	sb := serve() // no network: Expose goes through the agent
 	exposed, err := sb.Expose(ctx, 8000)
 	if err != nil {
 		b.Fatal(err)
 	}
-	info, err := benchClient(b).ContainerInspect(ctx, sb.ID())
+	open := serve(sandbox.WithNetwork(sandbox.NetworkPolicy{Open: true}))
+	info, err := benchClient(b).ContainerInspect(ctx, open.ID())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -247,7 +254,7 @@ func BenchmarkExpose(b *testing.B) {
 		}
 	}
 	if ip == "" {
-		b.Fatalf("the sandbox has no address on its network: %v", info.NetworkSettings.Networks)
+		b.Fatalf("the open sandbox has no address on its network: %v", info.NetworkSettings.Networks)
 	}
 	direct := "http://" + net.JoinHostPort(ip, "8000") + "/"
 
