@@ -1,0 +1,509 @@
+package sandboxtest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentsandbox/sandbox"
+)
+
+// Conformance runs the library's semantics as subtests against sandboxes
+// made with opts, which choose the image and the engine — the way
+// testing/fstest.TestFS checks a file system. A backend, an engine setup or
+// an image a user relies on passes it, or the failing subtest says which
+// promise does not hold there:
+//
+//   - lifecycle: New, Exec, an idempotent Close that leaves no engine
+//     object of the sandbox, ErrClosed after it;
+//   - exec: exit codes, stdout and stderr apart, stdin, bounded output;
+//   - kill: a timed-out command's whole tree is gone — new sessions and
+//     ignored signals included — while another command's process lives;
+//   - files: names with newlines and invalid UTF-8, fs.ErrNotExist, a
+//     planted link to /dev/zero refused as not regular, CopyOut never
+//     writing outside its directory;
+//   - limits: memory (an OOM kill the sandbox survives), processes, file
+//     size, disk;
+//   - hardening, seen from inside: a non-root user with no capabilities,
+//     no_new_privs, a seccomp filter, a read-only root file system, no
+//     engine socket, an agent the sandbox's root cannot kill;
+//   - network: none by default (a host listener unreachable), an
+//     allow-list through the proxy (allowed, refused, the host still
+//     unreachable directly), Expose of a sandbox's port.
+//
+// The image needs a POSIX shell with busybox's or coreutils' tools (sh,
+// head, tail, tr, wc, sleep, grep, ln) and, for the network subtests,
+// busybox's nc and httpd or python3: images.Busybox and images.Python both
+// do. The
+// engine checks (nothing left after Close) ask the engine DOCKER_HOST
+// names: point it at the backend under test. Each subtest runs in
+// parallel with the others; the whole takes some 20 seconds on Docker.
+func Conformance(t *testing.T, opts ...sandbox.Option) {
+	t.Helper()
+	c := conformance{opts: opts}
+	for _, st := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"lifecycle", c.lifecycle},
+		{"exec", c.exec},
+		{"kill", c.kill},
+		{"files", c.files},
+		{"limits/memory", c.memory},
+		{"limits/pids", c.pids},
+		{"limits/filesize", c.fileSize},
+		{"limits/disk", c.disk},
+		{"hardening", c.hardening},
+		{"network/none", c.networkNone},
+		{"network/allowlist", c.allowList},
+		{"network/expose", c.expose},
+	} {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			st.f(t)
+		})
+	}
+}
+
+type conformance struct{ opts []sandbox.Option }
+
+// new makes a sandbox for a subtest, closed at its end.
+func (c conformance) new(t *testing.T, more ...sandbox.Option) *sandbox.Sandbox {
+	t.Helper()
+	return New(t, append(append([]sandbox.Option{}, c.opts...), more...)...)
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// run runs a script and fails the test if it cannot be run.
+func run(t *testing.T, sb *sandbox.Sandbox, script string) *sandbox.Result {
+	t.Helper()
+	r, err := sb.Exec(ctxFor(t), script)
+	if err != nil {
+		t.Fatalf("Exec(%q): %v", script, err)
+	}
+	return r
+}
+
+func (c conformance) lifecycle(t *testing.T) {
+	ctx := ctxFor(t)
+	sb, err := sandbox.New(ctx, c.opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	id := sb.ID()
+	if r, err := sb.Exec(ctx, "echo ok"); err != nil || r.Stdout != "ok\n" || r.ExitCode != 0 {
+		sb.Close()
+		t.Fatalf("Exec(echo ok) = %+v, %v", r, err)
+	}
+	if !ownedHas(t, id) {
+		t.Errorf("the engine lists no object of sandbox %s while it runs (is DOCKER_HOST the engine under test?)", id)
+	}
+	if err := sb.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := sb.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := sb.Exec(ctx, "true"); !errors.Is(err, sandbox.ErrClosed) {
+		t.Errorf("Exec after Close: %v, want ErrClosed", err)
+	}
+	if ownedHas(t, id) {
+		t.Errorf("the engine still lists sandbox %s after Close", id)
+	}
+}
+
+// ownedHas reports whether the engine lists an object of this process
+// with the given ID.
+func ownedHas(t *testing.T, id string) bool {
+	t.Helper()
+	objs, err := Owned(ctxFor(t), 0)
+	if err != nil {
+		t.Fatalf("Owned: %v", err)
+	}
+	for _, o := range objs {
+		if o.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (c conformance) exec(t *testing.T) {
+	sb := c.new(t)
+	ctx := ctxFor(t)
+	r := run(t, sb, "echo out; echo err >&2; exit 3")
+	if r.Stdout != "out\n" || r.Stderr != "err\n" || r.ExitCode != 3 {
+		t.Errorf("streams and exit code: %+v", r)
+	}
+	cmd := sb.Command(ctx, "sh", "-c", "tr a-z A-Z")
+	cmd.Stdin = strings.NewReader("stdin\x00bytes\n")
+	if out, err := cmd.Output(); err != nil || string(out) != "STDIN\x00BYTES\n" {
+		t.Errorf("stdin through Cmd: %q, %v", out, err)
+	}
+	err := sb.Command(ctx, "sh", "-c", "exit 7").Run()
+	var ee *sandbox.ExitError
+	if !errors.As(err, &ee) || ee.Code != 7 {
+		t.Errorf("Cmd exit 7: %v, want *ExitError with Code 7", err)
+	}
+	limit := sandbox.DefaultLimits().OutputBytes
+	r = run(t, sb, fmt.Sprintf("head -c %d /dev/zero | tr '\\0' x", 3*limit))
+	if !r.Truncated || int64(len(r.Stdout)) != limit || r.ExitCode != 0 {
+		t.Errorf("output of 3×OutputBytes: %d bytes kept, Truncated %v, exit %d; want %d, true, 0", len(r.Stdout), r.Truncated, r.ExitCode, limit)
+	}
+}
+
+func (c conformance) kill(t *testing.T) {
+	sb := c.new(t)
+	ctx := ctxFor(t)
+	bctx, stopBeside := context.WithCancel(ctx)
+	beside := sb.Command(bctx, "sleep", "999")
+	if err := beside.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	r, err := sb.Exec(tctx, `(setsid sh -c 'sleep 1000 & sleep 1001' &) ; sh -c 'trap "" TERM INT HUP; sleep 1002' & sleep 1003`)
+	if err != nil || !r.TimedOut {
+		t.Fatalf("a command past its deadline: %+v, %v; want TimedOut", r, err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("Exec returned %v after its 2 s deadline", d)
+	}
+	ps := run(t, sb, psScript)
+	for _, n := range []string{"sleep 1000", "sleep 1001", "sleep 1002", "sleep 1003"} {
+		if strings.Contains(ps.Stdout, n) {
+			t.Errorf("%q survived the kill:\n%s", n, ps.Stdout)
+		}
+	}
+	if !strings.Contains(ps.Stdout, "sleep 999") {
+		t.Errorf("the other command's process was killed too:\n%s", ps.Stdout)
+	}
+	stopBeside()
+	beside.Wait()
+}
+
+// psScript prints every process's command line, one per line, with
+// busybox's tools or coreutils'.
+const psScript = `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done`
+
+func (c conformance) files(t *testing.T) {
+	sb := c.new(t)
+	ctx := ctxFor(t)
+	for _, name := range []string{"new\nline", "bad\xffutf8", "sp ace", "dir/deep/f"} {
+		data := []byte("data of " + name)
+		if err := sb.MkdirAll(ctx, filepath.Dir(name), 0o755); err != nil {
+			t.Fatalf("MkdirAll(%q): %v", filepath.Dir(name), err)
+		}
+		if err := sb.WriteFile(ctx, name, data, 0o640); err != nil {
+			t.Errorf("WriteFile(%q): %v", name, err)
+			continue
+		}
+		got, err := sb.ReadFile(ctx, name)
+		if err != nil || string(got) != string(data) {
+			t.Errorf("ReadFile(%q) = %q, %v", name, got, err)
+		}
+		fi, err := sb.Stat(ctx, name)
+		if err != nil || fi.Mode().Perm() != 0o640 || fi.Size() != int64(len(data)) {
+			t.Errorf("Stat(%q) = %v, %v", name, fi, err)
+		}
+	}
+	if _, err := sb.ReadFile(ctx, "missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ReadFile(missing): %v, want fs.ErrNotExist", err)
+	}
+	run(t, sb, "ln -s /dev/zero zero && mkdir -p out && ln -s / out/root && ln -s ../../../../etc out/etc && echo hi > out/f")
+	if _, err := sb.ReadFile(ctx, "zero"); !errors.Is(err, sandbox.ErrNotRegular) {
+		t.Errorf("ReadFile of a link to /dev/zero: %v, want ErrNotRegular", err)
+	}
+	host := t.TempDir()
+	if err := sb.CopyOut(ctx, "out", host); err != nil {
+		t.Fatalf("CopyOut: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(host, "out", "f")); err != nil || string(b) != "hi\n" {
+		t.Errorf("CopyOut's file: %q, %v", b, err)
+	}
+	filepath.WalkDir(host, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type()&fs.ModeSymlink != 0 {
+			if target, _ := filepath.EvalSymlinks(p); !strings.HasPrefix(target, host) {
+				t.Errorf("CopyOut wrote %s, a link out of its directory (to %s)", p, target)
+			}
+		}
+		return nil
+	})
+}
+
+func (c conformance) memory(t *testing.T) {
+	sb := c.new(t, sandbox.WithLimits(sandbox.Limits{Memory: 96 << 20, Disk: 16 << 20, TmpSize: 8 << 20}))
+	// tail -c of a pipe keeps that many bytes: more than Memory.
+	r := run(t, sb, "head -c 300000000 /dev/zero | tail -c 200000000 > /dev/null")
+	if r.ExitCode != 137 || !r.OOMKilled {
+		t.Errorf("a command over the memory limit: exit %d, OOMKilled %v; want 137, true (stderr %q)", r.ExitCode, r.OOMKilled, r.Stderr)
+	}
+	if r := run(t, sb, "echo alive"); r.Stdout != "alive\n" {
+		t.Errorf("the sandbox after an OOM kill: %+v", r)
+	}
+}
+
+func (c conformance) pids(t *testing.T) {
+	sb := c.new(t, sandbox.WithLimits(sandbox.Limits{PIDs: 48}))
+	ctx := ctxFor(t)
+	bomb, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	r, err := sb.Exec(bomb, `i=0; while [ $i -lt 200 ]; do sleep 60 & i=$((i+1)); done 2>/dev/null; `+psScript+` | grep -c "^sleep 60"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(r.Stdout))
+	if n >= 200 || n > 48 {
+		t.Errorf("%d of 200 processes started under a PIDs limit of 48", n)
+	}
+	if r := run(t, sb, "echo alive"); r.Stdout != "alive\n" {
+		t.Errorf("the sandbox after the fork storm: %+v", r)
+	}
+}
+
+func (c conformance) fileSize(t *testing.T) {
+	sb := c.new(t, sandbox.WithLimits(sandbox.Limits{FileSize: 1 << 20}))
+	r := run(t, sb, "head -c 3000000 /dev/zero > big; echo $?; wc -c < big")
+	lines := strings.Fields(r.Stdout)
+	if len(lines) != 2 || lines[0] == "0" || lines[1] != strconv.Itoa(1<<20) {
+		t.Errorf("a 3 MB write under a 1 MiB file size limit: %q %q; want a failure and 1048576 bytes", r.Stdout, r.Stderr)
+	}
+}
+
+func (c conformance) disk(t *testing.T) {
+	const disk = 32 << 20
+	sb := c.new(t, sandbox.WithLimits(sandbox.Limits{Disk: disk}))
+	r := run(t, sb, "head -c 100000000 /dev/zero > fill; echo $?; wc -c < fill; rm fill; echo ok > after")
+	f := strings.Fields(r.Stdout)
+	if len(f) != 2 || f[0] == "0" {
+		t.Fatalf("100 MB written to a 32 MiB disk: %q %q; want a failure", r.Stdout, r.Stderr)
+	}
+	if n, _ := strconv.Atoi(f[1]); n > disk {
+		t.Errorf("%d bytes landed on a %d-byte disk", n, disk)
+	}
+	if b, err := sb.ReadFile(ctxFor(t), "after"); err != nil || string(b) != "ok\n" {
+		t.Errorf("the disk after it was full and emptied: %q, %v", b, err)
+	}
+}
+
+func (c conformance) hardening(t *testing.T) {
+	sb := c.new(t)
+	r := run(t, sb, `grep -E '^(Uid|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status`)
+	fields := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		fields[k] = strings.Join(strings.Fields(v), " ")
+	}
+	if uid := strings.Fields(fields["Uid"]); len(uid) == 0 || uid[0] == "0" {
+		t.Errorf("commands run as uid %q, want a non-root user", fields["Uid"])
+	}
+	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		if fields[k] != "0000000000000000" {
+			t.Errorf("%s = %q, want no capabilities", k, fields[k])
+		}
+	}
+	if fields["NoNewPrivs"] != "1" || fields["Seccomp"] != "2" {
+		t.Errorf("NoNewPrivs %q, Seccomp %q; want 1 and 2 (a filter)", fields["NoNewPrivs"], fields["Seccomp"])
+	}
+	r = run(t, sb, "touch /probe 2>/dev/null && echo writable; ls /var/run/docker.sock /run/docker.sock /run/podman/podman.sock 2>/dev/null; echo done")
+	if r.Stdout != "done\n" {
+		t.Errorf("root file system writable or an engine socket present: %q", r.Stdout)
+	}
+	root := sb.Command(ctxFor(t), "sh", "-c", "kill -9 1; kill -TERM 1; kill -SEGV 1; echo sent")
+	root.User = "0:0"
+	out, _ := root.CombinedOutput()
+	if r := run(t, sb, "echo alive"); r.Stdout != "alive\n" {
+		t.Errorf("after root in the sandbox signalled PID 1 (%q): %+v", out, r)
+	}
+}
+
+// hostListener listens on an address of this machine the sandbox must not
+// reach (not loopback) and counts connections.
+func hostListener(t *testing.T) (addr string, n *atomic.Int32) {
+	t.Helper()
+	ip := ""
+	ifcs, _ := net.Interfaces()
+	for _, ifc := range ifcs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if in, ok := a.(*net.IPNet); ok && in.IP.To4() != nil && ip == "" {
+				ip = in.IP.String()
+			}
+		}
+	}
+	if ip == "" {
+		t.Fatal("this machine has no address but loopback")
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n = new(atomic.Int32)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { l.Close() })
+	return l.Addr().String(), n
+}
+
+// get sends a GET for url from inside the sandbox, over a plain TCP
+// connection (busybox's nc, else python3: no name lookup inside, which
+// busybox's static build cannot do) to the proxy of $HTTP_PROXY when proxy
+// is set, else to the URL's own address, and returns the response's
+// status and body ("error: ..." and 0 when there is none).
+func get(t *testing.T, sb *sandbox.Sandbox, rawURL string, proxy bool) (int, string) {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, line := u.Host, "GET "+u.RequestURI()+" HTTP/1.0"
+	if proxy {
+		target, line = "$proxy", "GET "+rawURL+" HTTP/1.0"
+	}
+	script := fmt.Sprintf(`proxy=${HTTP_PROXY#http://}; target=%s; host=${target%%:*}; port=${target##*:}
+req() { printf '%s\r\nHost: %s\r\nConnection: close\r\n\r\n'; }
+if command -v nc >/dev/null; then
+	# nc's input stays open until it is done: a half-closed request is
+	# one the client gave up on, for Go's HTTP servers.
+	f=/tmp/.get.$$; mkfifo $f; { req; read x < $f; } | { nc -w 10 "$host" "$port"; echo > $f; }; rm -f $f
+else req | python3 -c '
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+s.sendall(sys.stdin.buffer.read())
+while True:
+    b = s.recv(65536)
+    if not b: break
+    sys.stdout.buffer.write(b)
+' "$host" "$port"; fi`, target, line, u.Host)
+	r := run(t, sb, script)
+	resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(r.Stdout)), nil)
+	if err != nil {
+		return 0, fmt.Sprintf("error: %v (%q)", err, r.Stderr)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func (c conformance) networkNone(t *testing.T) {
+	sb := c.new(t)
+	if r := run(t, sb, "ls /sys/class/net"); r.Stdout != "lo\n" {
+		t.Errorf("interfaces of a sandbox with no network: %q, want lo alone", r.Stdout)
+	}
+	addr, n := hostListener(t)
+	if code, body := get(t, sb, "http://"+addr+"/", false); code != 0 {
+		t.Errorf("the sandbox reached host listener %s: %d %q", addr, code, body)
+	}
+	if n.Load() != 0 {
+		t.Errorf("the host listener at %s accepted %d connections from the sandbox", addr, n.Load())
+	}
+}
+
+func (c conformance) allowList(t *testing.T) {
+	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "upstream") })}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go up.Serve(l)
+	t.Cleanup(func() { up.Close() })
+	sb := c.new(t, sandbox.WithNetwork(sandbox.AllowHosts("127.0.0.1/32")))
+	if code, body := get(t, sb, "http://"+l.Addr().String()+"/", true); code != 200 || body != "upstream" {
+		t.Errorf("an allowed address through the proxy: %d %q, want 200 upstream", code, body)
+	}
+	if code, body := get(t, sb, "http://denied.invalid/", true); code != 403 {
+		t.Errorf("a host not on the allow-list: %d %q, want 403", code, body)
+	}
+	addr, n := hostListener(t)
+	if code, body := get(t, sb, "http://"+addr+"/", false); code != 0 {
+		t.Errorf("the allow-listed sandbox reached host listener %s directly: %d %q", addr, code, body)
+	}
+	if n.Load() != 0 {
+		t.Errorf("the host listener accepted %d connections from the sandbox", n.Load())
+	}
+}
+
+func (c conformance) expose(t *testing.T) {
+	sb := c.new(t)
+	ctx := ctxFor(t)
+	if err := sb.MkdirAll(ctx, "www", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.WriteFile(ctx, "www/index.html", []byte("served from the sandbox"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srvCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	srv := sb.Command(srvCtx, "sh", "-c", `cd www && if command -v python3 >/dev/null; then exec python3 -m http.server 8000 --bind 127.0.0.1; else exec httpd -f -p 127.0.0.1:8000 -h .; fi`)
+	var srvErr strings.Builder
+	srv.Stderr = &srvErr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Wait()
+	defer stop()
+	// Port 8000 is 1F40; state 0A is LISTEN.
+	if r := run(t, sb, `i=0; while [ $i -lt 200 ]; do grep -q ':1F40 00000000:0000 0A' /proc/net/tcp && break; sleep 0.05; i=$((i+1)); done; echo $i`); r.Stdout == "200\n" {
+		t.Fatalf("the server did not listen: %s", srvErr.String())
+	}
+	u, err := sb.Expose(ctx, 8000)
+	if err != nil {
+		t.Fatalf("Expose: %v", err)
+	}
+	if !regexp.MustCompile(`^http://127\.0\.0\.1:\d+$`).MatchString(u) {
+		t.Errorf("Expose URL %q", u)
+	}
+	hc := &http.Client{Timeout: 20 * time.Second}
+	resp, err := hc.Get(u + "/index.html")
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "served from the sandbox" {
+		t.Errorf("GET through Expose: %s %q", resp.Status, body)
+	}
+	u2, err := sb.Expose(ctx, 8001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err = hc.Get(u2 + "/")
+	if err != nil {
+		t.Fatalf("GET %s: %v", u2, err)
+	}
+	io.Copy(io.Discard, bufio.NewReader(resp.Body))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("GET of an exposed port nothing listens on: %s, want 502", resp.Status)
+	}
+}
