@@ -60,6 +60,14 @@ var (
 	// need neither.)
 	ErrNetworkUnsupported = errors.New("sandbox: network policy not supported here")
 
+	// ErrLimitsUnsupported means the engine did not put in force a limit
+	// the sandbox asked for, as the sandbox's agent finds from inside (its
+	// cgroup and resource limits): rootless Podman on cgroup v1, say,
+	// applies no CPU, memory, file size or open files limit. New fails rather than run the
+	// sandbox without it; remove the limit (a negative value) to run
+	// there anyway.
+	ErrLimitsUnsupported = errors.New("sandbox: limits not in force on this engine")
+
 	// ErrNoNetwork is no longer returned: Expose works for every sandbox.
 	//
 	// Deprecated: kept so that code testing for it still compiles.

@@ -3,7 +3,10 @@ package sandbox
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/agentsandbox/sandbox/internal/wire"
 )
 
 // Limits bounds what a sandbox may use. A zero field keeps the default (see
@@ -194,4 +197,38 @@ func (l Limits) validate() error {
 		return fmt.Errorf("sandbox: Limits.TmpSize cannot be unlimited (it is RAM)")
 	}
 	return nil
+}
+
+// checkSeen compares the limits asked for with those the agent found in
+// force (see wire.Seen). A limit it cannot tell about (-1) passes: the
+// engine is trusted there. One not in force, or looser than asked, is an
+// error wrapping ErrLimitsUnsupported.
+func checkSeen(l Limits, seen wire.Seen) error {
+	var missing []string
+	loose := func(name string, asked, got int64, unit func(int64) string) {
+		if asked > 0 && got >= 0 && (got == 0 || got > asked) {
+			in := "none"
+			if got > 0 {
+				in = unit(got)
+			}
+			missing = append(missing, fmt.Sprintf("%s %s (in force: %s)", name, unit(asked), in))
+		}
+	}
+	count := func(n int64) string { return strconv.FormatInt(n, 10) }
+	loose("Memory", l.Memory, seen.Memory, mib)
+	loose("PIDs", l.PIDs, seen.PIDs, count)
+	loose("FileSize", l.FileSize, seen.FileSize, mib)
+	loose("OpenFiles", l.OpenFiles, seen.OpenFiles, count)
+	if l.CPUs > 0 && seen.CPUs >= 0 && (seen.CPUs == 0 || seen.CPUs > l.CPUs*1.01) {
+		in := "none"
+		if seen.CPUs > 0 {
+			in = strconv.FormatFloat(seen.CPUs, 'g', 3, 64)
+		}
+		missing = append(missing, fmt.Sprintf("CPUs %g (in force: %s)", l.CPUs, in))
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: the sandbox asked for %s, and its engine did not apply them (rootless Podman on cgroup v1 applies no cgroup or resource limits); remove them (a negative value) to run without",
+		ErrLimitsUnsupported, strings.Join(missing, ", "))
 }

@@ -538,3 +538,38 @@ func TestUnitTmpfsDisk(t *testing.T) {
 		t.Errorf("with the Memory the error named (%d MiB): %v", need, err)
 	}
 }
+
+// What the agent finds in force against what was asked: a limit missing or
+// looser is refused, naming it; one it cannot tell about passes.
+func TestUnitCheckSeen(t *testing.T) {
+	l := DefaultLimits()
+	exact := wire.Seen{CPUs: l.CPUs, Memory: l.Memory, PIDs: l.PIDs, FileSize: l.FileSize, OpenFiles: l.OpenFiles}
+	if err := checkSeen(l, exact); err != nil {
+		t.Errorf("limits in force as asked: %v", err)
+	}
+	if err := checkSeen(l, wire.Seen{CPUs: -1, Memory: -1, PIDs: -1, FileSize: -1, OpenFiles: -1}); err != nil {
+		t.Errorf("nothing known: %v", err)
+	}
+	rootless := wire.Seen{CPUs: 0, Memory: 0, PIDs: 0, FileSize: 0, OpenFiles: 1024}
+	err := checkSeen(l, rootless)
+	if !errors.Is(err, ErrLimitsUnsupported) {
+		t.Fatalf("no cgroup limits: %v, want ErrLimitsUnsupported", err)
+	}
+	for _, want := range []string{"Memory 512 MiB (in force: none)", "PIDs 256 (in force: none)", "FileSize 256 MiB (in force: none)", "CPUs 1 (in force: none)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "OpenFiles") {
+		t.Errorf("%v: names OpenFiles, which is in force", err)
+	}
+	looser := exact
+	looser.Memory = 2 * l.Memory
+	if err := checkSeen(l, looser); err == nil || !strings.Contains(err.Error(), "Memory 512 MiB (in force: 1024 MiB)") {
+		t.Errorf("a looser memory limit: %v", err)
+	}
+	removed := Limits{CPUs: -1, Memory: -1, PIDs: -1, FileSize: -1, OpenFiles: -1}
+	if err := checkSeen(removed, rootless); err != nil {
+		t.Errorf("limits removed by the caller: %v", err)
+	}
+}

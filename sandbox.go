@@ -705,6 +705,9 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv []string) error {
 	}
 	// The agent resolved the user in the image and gave it the workdir.
 	s.uid, s.gid = int(hello.UID), int(hello.GID)
+	if err := checkSeen(s.cfg.limits, hello.Limits); err != nil {
+		return err
+	}
 	n, err := s.agent.OOMKills(ctx)
 	if err != nil {
 		return s.initErr("the sandbox's agent did not answer", err)

@@ -150,3 +150,28 @@ func TestHelperLeak(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The library's semantics, on the engine DOCKER_HOST names, with the
+// busybox image.
+//
+// AGENTSANDBOX_TEST_NO_CGROUP_LIMITS=1 says the engine applies no cgroup
+// limits (rootless Podman on cgroup v1): New with the default limits must
+// then fail with ErrLimitsUnsupported, and the suite runs with those
+// limits removed (run it without its limits subtests there).
+func TestConformance(t *testing.T) {
+	opts := []sandbox.Option{sandbox.WithImage(busybox)}
+	if os.Getenv("AGENTSANDBOX_TEST_NO_CGROUP_LIMITS") != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		sb, err := sandbox.New(ctx, opts...)
+		if err == nil {
+			sb.Close()
+		}
+		if !errors.Is(err, sandbox.ErrLimitsUnsupported) {
+			t.Fatalf("New with the default limits on an engine that applies no cgroup limits: %v, want ErrLimitsUnsupported", err)
+		}
+		t.Logf("New with the default limits: %v", err)
+		opts = append(opts, sandbox.WithLimits(sandbox.Limits{CPUs: -1, Memory: -1, PIDs: -1, FileSize: -1, OpenFiles: -1}))
+	}
+	sandboxtest.Conformance(t, opts...)
+}

@@ -123,7 +123,7 @@ func main() {
 		}
 	}
 	go a.reap()
-	if err := a.w.WriteJSON(wire.Hello, 0, wire.Greeting{Version: version, PID: os.Getpid(), UID: uid, GID: gid}); err != nil {
+	if err := a.w.WriteJSON(wire.Hello, 0, wire.Greeting{Version: version, PID: os.Getpid(), UID: uid, GID: gid, Limits: seenLimits()}); err != nil {
 		os.Exit(0)
 	}
 	// Buffered: a frame's header and payload, and the frames that came

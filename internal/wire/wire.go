@@ -232,6 +232,17 @@ type Greeting struct {
 	PID     int
 	UID     uint32 // the sandbox user (its -user flag), resolved in the image
 	GID     uint32
+	Limits  Seen // the limits the agent finds in force
+}
+
+// Seen is a limit as the agent finds it in force on itself (its cgroup,
+// its resource limits): 0 for none, -1 where it cannot tell.
+type Seen struct {
+	CPUs      float64 // cgroup CPU quota ÷ period
+	Memory    int64   // cgroup memory limit, bytes
+	PIDs      int64   // cgroup pids limit
+	FileSize  int64   // RLIMIT_FSIZE, bytes
+	OpenFiles int64   // RLIMIT_NOFILE (hard)
 }
 
 // FileOp names a file operation.
