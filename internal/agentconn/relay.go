@@ -127,8 +127,8 @@ func (r *relayConn) Read(p []byte) (int, error) {
 func (r *relayConn) Write(p []byte) (int, error) {
 	done := 0
 	for done < len(p) {
-		n, ok, ended := r.ch.stdin.tryTake(min(len(p)-done, wire.MaxData))
-		if !ended {
+		n, ok, settled := r.ch.stdin.tryTake(min(len(p)-done, wire.MaxData))
+		if !settled { // no credit yet: wait for some, or for the deadline
 			select {
 			case <-r.ch.stdin.wake:
 				continue
