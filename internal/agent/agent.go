@@ -30,7 +30,8 @@ const tagBase = 1_900_000_000
 const tagSpan = 8192
 
 type agent struct {
-	w *wire.Writer
+	w   *wire.Writer
+	out io.Writer // what w writes to: a *batcher but in some tests
 
 	mu      sync.Mutex // guards the maps; held while starting and reaping
 	byChan  map[uint32]*proc
@@ -67,7 +68,7 @@ func newAgent(out io.Writer, fs *workers, oom *oomScore) *agent {
 		null = -1 // commands without stdin then fail to start, saying so
 	}
 	return &agent{
-		w: wire.NewWriter(out), byChan: map[uint32]*proc{}, byPID: map[int]*proc{},
+		w: wire.NewWriter(out), out: out, byChan: map[uint32]*proc{}, byPID: map[int]*proc{},
 		files: map[uint32]*fileOp{}, relays: map[uint32]*relay{}, fs: fs, oom: oom, env: os.Environ(), devNull: null,
 	}
 }
@@ -121,6 +122,13 @@ func (a *agent) sendJSON(kind wire.Kind, ch uint32, v any) {
 }
 
 func (a *agent) fail(ch uint32, err error) { a.send(wire.Failed, ch, []byte(err.Error())) }
+
+// flush writes the frames the batcher holds back, now.
+func (a *agent) flush() {
+	if b, ok := a.out.(*batcher); ok {
+		b.flushNow()
+	}
+}
 
 func (a *agent) lookup(ch uint32) *proc {
 	a.mu.Lock()

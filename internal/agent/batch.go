@@ -98,6 +98,15 @@ func (b *batcher) flusher() {
 	}
 }
 
+// flushNow writes what is pending at once: for a frame the library waits
+// for that is of a class that would wait (a relay's Started and end of
+// stream).
+func (b *batcher) flushNow() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.writeLocked()
+}
+
 // flush writes what is pending (the delay is over).
 func (b *batcher) flush() {
 	b.mu.Lock()

@@ -163,6 +163,7 @@ func (a *agent) connected(r *relay, c *net.TCPConn) {
 		return
 	}
 	a.sendJSON(wire.Started, r.ch, wire.Start{})
+	a.flush() // the library waits for it (a command's waits for company)
 	go a.relayIn(r)
 	go a.relayOut(r)
 }
@@ -258,6 +259,7 @@ func (a *agent) relayOut(r *relay) {
 		}
 	}
 	a.send(wire.Stdout, r.ch, nil)
+	a.flush() // the end of the connection's stream: its reader waits for it
 	a.relayDone(r)
 }
 
