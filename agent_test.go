@@ -10,6 +10,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/docker"
 )
 
 // The sandbox's agent (PID 1) is out of reach of the code it runs: its file
@@ -219,7 +220,9 @@ func TestAgentVolumeRefilled(t *testing.T) {
 	cli := engineClient(t)
 	name := "agentsandbox-agent-test-" + randomHex(4)
 	defer cli.VolumeRemove(context.Background(), name, true)
-	opt := sandbox.WithTestAgentVolume(name)
+	d := docker.New(docker.Config{AgentVolume: name})
+	defer d.Close()
+	opt := sandbox.WithDriver(d)
 	for _, step := range []string{"first", "after docker volume rm", "after an empty volume of its name was made"} {
 		sb, err := sandbox.New(testCtx(t), sandbox.WithImage(busyboxImage), opt)
 		if err != nil {

@@ -106,6 +106,26 @@
 // (iptables; ErrNetworkUnsupported otherwise). See NetworkPolicy for what
 // an allow-list does and does not stop.
 //
+// # Backends
+//
+// A sandbox runs on a backend, an implementation of driver.Driver (in the
+// manner of database/sql/driver): the semantics above live in this
+// package and in the library's agent, each sandbox's main process; the
+// backend makes the instance, hands over the agent's stream, reports its
+// state and removes it. Package docker is the Docker backend, and Podman's
+// through its Docker-compatible API. Without WithDriver, sandboxes use
+// DefaultDriver, the Docker engine of DOCKER_HOST (or the local socket),
+// whose connection they share; give many sandboxes of another engine one
+// driver:
+//
+//	d := docker.New(docker.Config{Host: "unix:///run/podman/podman.sock"})
+//	defer d.Close()
+//	sb, err := sandbox.New(ctx, sandbox.WithDriver(d))
+//
+// Capabilities a backend may lack (snapshots) fail with ErrUnsupported.
+// Package sandboxtest's Conformance states the semantics as tests any
+// backend, image or engine must pass.
+//
 // # Network, snapshots, agents
 //
 // WithNetwork opts into an allow-list behind an in-process egress proxy,

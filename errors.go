@@ -1,32 +1,39 @@
 package sandbox
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/agentsandbox/sandbox/driver"
+)
 
 // Sentinel errors. Test for them with errors.Is; the errors returned carry
 // more detail (the image name, the engine address, the path) in their text.
+// Those that a backend reports are package driver's values, so they match
+// whatever the backend.
 var (
 	// ErrClosed is returned by every method of a Sandbox after Close.
 	ErrClosed = errors.New("sandbox: closed")
 
-	// ErrEngineUnavailable means the Docker engine could not be reached, or
-	// did not answer a request within DefaultTimeout.
-	ErrEngineUnavailable = errors.New("sandbox: cannot reach Docker engine")
+	// ErrEngineUnavailable means the engine (Docker, Podman, the cluster)
+	// could not be reached, or did not answer a request within
+	// DefaultTimeout.
+	ErrEngineUnavailable = driver.ErrUnavailable
 
 	// ErrUnresponsive means something did not answer within DefaultTimeout
 	// although the caller's context had not ended: the sandbox (its
 	// container is paused from outside the library or frozen, or its init
 	// process does not reply), or the engine (then the error also matches
 	// ErrEngineUnavailable). The error says what did not answer.
-	ErrUnresponsive = errors.New("sandbox: no answer in time")
+	ErrUnresponsive = driver.ErrUnresponsive
 
 	// ErrImageNotFound means the image is not present on the engine and was
 	// not pulled (see PullPolicy).
-	ErrImageNotFound = errors.New("sandbox: image not found")
+	ErrImageNotFound = driver.ErrImageNotFound
 
 	// ErrSandboxGone means the sandbox's container is no longer running: it
 	// was removed or killed behind the library's back, or its Lifetime ended.
 	// The Sandbox cannot be used again; Close it.
-	ErrSandboxGone = errors.New("sandbox: container is gone")
+	ErrSandboxGone = driver.ErrGone
 
 	// ErrOutputTruncated is returned by Cmd.Output and Cmd.CombinedOutput
 	// when the command wrote more than Limits.OutputBytes; the bytes that fit
@@ -47,7 +54,7 @@ var (
 	// CopyOut past CopyLimit, and Snapshot when the working directory's
 	// files add up to more than Limits.Disk (sparse files count at their
 	// full size, since a snapshot stores them in full).
-	ErrTooLarge = errors.New("sandbox: too large")
+	ErrTooLarge = driver.ErrTooLarge
 
 	// ErrNotRegular is returned by ReadFile and FS reads for a name that is
 	// not a regular file once symbolic links are followed (a device, FIFO
@@ -58,7 +65,7 @@ var (
 	// up by this process: it needs root on the engine's host for its
 	// firewall rules, and iptables. (Allow-lists, credentials and Expose
 	// need neither.)
-	ErrNetworkUnsupported = errors.New("sandbox: network policy not supported here")
+	ErrNetworkUnsupported = driver.ErrNetworkUnsupported
 
 	// ErrLimitsUnsupported means the engine did not put in force a limit
 	// the sandbox asked for, as the sandbox's agent finds from inside (its
@@ -67,6 +74,10 @@ var (
 	// sandbox without it; remove the limit (a negative value) to run
 	// there anyway.
 	ErrLimitsUnsupported = errors.New("sandbox: limits not in force on this engine")
+
+	// ErrUnsupported means the backend lacks what the call needs (a
+	// driver without snapshots, say); the error names what.
+	ErrUnsupported = driver.ErrUnsupported
 
 	// ErrNoNetwork is no longer returned: Expose works for every sandbox.
 	//

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsandbox/sandbox/driver"
 	"github.com/agentsandbox/sandbox/internal/agentconn"
 	"github.com/agentsandbox/sandbox/internal/wire"
 )
@@ -489,9 +490,9 @@ func (c *Cmd) exit() (wire.Exit, error) {
 			watchDone = nil
 			if c.stuck != nil {
 				switch s.stateNow() {
-				case statePaused:
+				case driver.StatePaused:
 					return wire.Exit{}, s.pausedErr("exec: the command could not be killed")
-				case stateGone:
+				case driver.StateGone:
 					return wire.Exit{}, s.goneErr("exec", nil)
 				}
 			}

@@ -39,6 +39,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/docker"
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/faultproxy"
 )
@@ -709,9 +710,13 @@ func TestFaultEngineFrozenNew(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := startFaultProxy(t)
-			// Connect once, so that the API version is known for the
-			// proxy's address and New's first request is the image's.
-			warm, err := sandbox.New(testCtx(t), sandbox.WithImage(busyboxImage), viaProxy(p), sandbox.WithLimits(sandbox.Limits{Disk: -1}))
+			// One driver through the proxy for the whole subtest: it
+			// remembers what the frozen engine did not answer. Used once
+			// first, so that it knows the engine and New's first request
+			// is the image's.
+			drv := docker.New(docker.Config{Host: "unix://" + p.Path, Timeout: faultBound})
+			defer drv.Close()
+			warm, err := sandbox.New(testCtx(t), sandbox.WithImage(busyboxImage), sandbox.WithDriver(drv), sandbox.WithLimits(sandbox.Limits{Disk: -1}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -731,17 +736,19 @@ func TestFaultEngineFrozenNew(t *testing.T) {
 			var sb *sandbox.Sandbox
 			d, err := timed(t, "New", 10*faultBound, func() error {
 				var err error
-				sb, err = sandbox.New(context.Background(), sandbox.WithImage(busyboxImage), viaProxy(p), sandbox.WithTestTimeout(faultBound))
+				sb, err = sandbox.New(context.Background(), sandbox.WithImage(busyboxImage), sandbox.WithDriver(drv), sandbox.WithTestTimeout(faultBound))
 				return err
 			})
 			t.Logf("froze at %v; New took %.1f bounds", frozeAt.Load(), float64(d)/float64(faultBound))
 			p.Thaw()
 			// Held requests reach the engine now; wait until it has
 			// answered them all (every connection through the proxy has
-			// closed: the failed New closed its client), so that what
-			// they make is seen below.
+			// closed once the driver lets go of its idle ones), so that
+			// what they make is seen below.
+			drv.CloseIdleConnections()
 			for deadline := time.Now().Add(30 * time.Second); p.Conns() > 0 && time.Now().Before(deadline); {
 				time.Sleep(50 * time.Millisecond)
+				drv.CloseIdleConnections()
 			}
 			t.Logf("connections still open through the proxy after the thaw: %v", p.Open())
 			if err == nil {
@@ -752,18 +759,18 @@ func TestFaultEngineFrozenNew(t *testing.T) {
 			}
 			// A request the engine did not answer may have been carried out
 			// after the thaw (a create), or not (a removal): the library
-			// remembers those objects and removes them at the next
-			// Close on that engine, or at Prune.
+			// driver remembers those objects and removes them at its
+			// next Close of a sandbox, or at its Prune.
 			if i%2 == 0 {
 				_, err = timed(t, "New and Close through the thawed proxy", hangGuard, func() error {
-					sb, err := sandbox.New(testCtx(t), sandbox.WithImage(busyboxImage), viaProxy(p))
+					sb, err := sandbox.New(testCtx(t), sandbox.WithImage(busyboxImage), sandbox.WithDriver(drv))
 					if err != nil {
 						return err
 					}
 					return sb.Close()
 				})
 			} else {
-				_, err = timed(t, "Prune", hangGuard, func() error { _, err := prune(testCtx(t)); return err })
+				_, err = timed(t, "Prune", hangGuard, func() error { _, err := drv.Prune(testCtx(t)); return err })
 			}
 			if err != nil {
 				t.Error(err)

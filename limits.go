@@ -77,26 +77,6 @@ type Limits struct {
 	TmpSize     int64         // size of the /tmp and /dev/shm tmpfs each; default 64 MiB
 }
 
-// msgQueueBytes bounds the bytes a sandbox's POSIX message queues may
-// hold (RLIMIT_MSGQUEUE): the kernel's default.
-const msgQueueBytes = 800 << 10
-
-// ipcSysctls bound System V IPC in the sandbox's own IPC namespace: shared
-// memory segments are destroyed when no process has them attached
-// (shm_rmid_forced), so that memory detached segments hold always belongs
-// to a process the OOM killer can end, and all segments together hold at
-// most TmpSize; message queues at most 64 of 16 KiB.
-func ipcSysctls(l Limits) map[string]string {
-	pages := max(l.TmpSize/4096, 1)
-	return map[string]string{
-		"kernel.shm_rmid_forced": "1",
-		"kernel.shmall":          strconv.FormatInt(pages, 10),
-		"kernel.shmmax":          strconv.FormatInt(pages*4096, 10),
-		"kernel.msgmni":          "64",
-		"kernel.msgmnb":          "16384",
-	}
-}
-
 // tmpfsReserve is the part of Limits.Memory that a tmpfs working directory
 // leaves to processes: a quarter, and at least 32 MiB.
 func tmpfsReserve(memory int64) int64 { return max(memory/4, 32<<20) }

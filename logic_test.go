@@ -14,254 +14,14 @@ import (
 	"net"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/events"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/api/types/volume"
-
+	"github.com/agentsandbox/sandbox/driver"
 	"github.com/agentsandbox/sandbox/internal/agentconn"
-	"github.com/agentsandbox/sandbox/internal/engine"
-	"github.com/agentsandbox/sandbox/internal/leftover"
 	"github.com/agentsandbox/sandbox/internal/wire"
 )
-
-// fakeEngine is an engine holding the objects the test lists; it records
-// removals and answers them with the errors the test set. Calls it does
-// not implement panic (the embedded nil API): a test that reaches one
-// uses the engine in a way it did not expect.
-type fakeEngine struct {
-	engine.API
-	mu         sync.Mutex
-	containers []container.Summary
-	volumes    []*volume.Volume
-	networks   []network.Summary
-	images     []image.Summary
-	removeErr  map[string][]error // per ID: the errors of successive removals
-	removed    []string
-	inspected  []string
-	filters    []filters.Args
-	state      *container.State // ContainerInspect's answer; nil: not found
-}
-
-// Events answers that the engine remembers no event.
-func (f *fakeEngine) Events(context.Context, events.ListOptions) (<-chan events.Message, <-chan error) {
-	m := make(chan events.Message)
-	close(m)
-	return m, make(chan error)
-}
-
-func (f *fakeEngine) remove(id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if errs := f.removeErr[id]; len(errs) > 0 {
-		f.removeErr[id] = errs[1:]
-		if errs[0] != nil {
-			return errs[0]
-		}
-	}
-	f.removed = append(f.removed, id)
-	return nil
-}
-
-func (f *fakeEngine) list(a filters.Args) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.filters = append(f.filters, a)
-}
-
-func (f *fakeEngine) ContainerList(_ context.Context, o container.ListOptions) ([]container.Summary, error) {
-	f.list(o.Filters)
-	return f.containers, nil
-}
-func (f *fakeEngine) ContainerRemove(_ context.Context, id string, _ container.RemoveOptions) error {
-	return f.remove(id)
-}
-func (f *fakeEngine) VolumeList(_ context.Context, o volume.ListOptions) (volume.ListResponse, error) {
-	f.list(o.Filters)
-	return volume.ListResponse{Volumes: f.volumes}, nil
-}
-func (f *fakeEngine) VolumeRemove(_ context.Context, id string, _ bool) error { return f.remove(id) }
-func (f *fakeEngine) NetworkList(_ context.Context, o network.ListOptions) ([]network.Summary, error) {
-	f.list(o.Filters)
-	return f.networks, nil
-}
-func (f *fakeEngine) NetworkRemove(_ context.Context, id string) error { return f.remove(id) }
-func (f *fakeEngine) NetworkInspect(_ context.Context, id string, _ network.InspectOptions) (network.Inspect, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.inspected = append(f.inspected, id)
-	for _, n := range f.networks {
-		if n.ID == id || n.Name == id {
-			return network.Inspect(n), nil
-		}
-	}
-	return network.Inspect{}, fmt.Errorf("network %s not found: %w", id, cerrdefs.ErrNotFound)
-}
-func (f *fakeEngine) ImageList(_ context.Context, o image.ListOptions) ([]image.Summary, error) {
-	f.list(o.Filters)
-	return f.images, nil
-}
-func (f *fakeEngine) ImageRemove(_ context.Context, id string, _ image.RemoveOptions) ([]image.DeleteResponse, error) {
-	return nil, f.remove(id)
-}
-func (f *fakeEngine) ContainerInspect(_ context.Context, id string) (container.InspectResponse, error) {
-	if f.state == nil {
-		return container.InspectResponse{}, fmt.Errorf("No such container: %s: %w", id, cerrdefs.ErrNotFound)
-	}
-	return container.InspectResponse{ContainerJSONBase: &container.ContainerJSONBase{ID: id, State: f.state}}, nil
-}
-func (f *fakeEngine) Close() error { return nil }
-
-// Prune removes exactly the objects whose owner is known to be dead: made
-// on this host by a process that no longer runs, or before the host last
-// booted. Live owners (this process), other hosts and labels it cannot
-// read are left alone; a removal someone else is already doing is not an
-// error, and a volume still in use is retried until it goes.
-func TestUnitPruneOwnerRules(t *testing.T) {
-	// Objects earlier tests could not remove (an engine that did not
-	// answer) are set aside: this prune must see none of them. (The test
-	// is not parallel: no other test runs meanwhile.)
-	var setAside []leftover.Object
-	for _, h := range leftover.Hosts() {
-		setAside = append(setAside, leftover.Take(h)...)
-	}
-	defer func() {
-		for _, o := range setAside {
-			leftover.Add(o)
-		}
-	}()
-	me := engine.Owner()
-	f := strings.Split(me, "/") // host/boot/pid/start
-	start, _ := strconv.ParseUint(f[3], 10, 64)
-	owners := map[string]string{
-		"live":      me,
-		"dead":      f[0] + "/" + f[1] + "/" + f[2] + "/" + strconv.FormatUint(start+1, 10), // same pid, another start
-		"rebooted":  f[0] + "/other-boot/" + f[2] + "/" + f[3],
-		"otherhost": "elsewhere/" + f[1] + "/1/1",
-		"garbled":   "not an owner",
-		"none":      "",
-	}
-	labels := func(who string) map[string]string {
-		return map[string]string{engine.LabelManaged: "true", engine.LabelOwner: owners[who]}
-	}
-	fe := &fakeEngine{removeErr: map[string][]error{
-		// Another Prune is removing it: not this one's, not an error.
-		"c-rebooted": {fmt.Errorf("removal of container c-rebooted is already in progress: %w", cerrdefs.ErrConflict)},
-		// Still held by a container being removed: retried.
-		"v-dead": {fmt.Errorf("volume is in use: %w", cerrdefs.ErrConflict), nil},
-		// Went while being looked up.
-		"i-rebooted": {errors.New("unrecognized image ID sha256:1234")},
-	}}
-	for who := range owners {
-		fe.containers = append(fe.containers, container.Summary{ID: "c-" + who, Labels: labels(who)})
-		fe.volumes = append(fe.volumes, &volume.Volume{Name: "v-" + who, Labels: labels(who)})
-		fe.networks = append(fe.networks, network.Summary{ID: "n-" + who, Name: "agentsandbox-" + who, Labels: labels(who)})
-		fe.images = append(fe.images, image.Summary{ID: "i-" + who, Labels: labels(who)})
-	}
-	var asked []string
-	fw := func(ctx context.Context, exists func(string) bool) (int, error) {
-		// Rules of a network that exists are kept, others removed.
-		for _, tag := range []string{"n-live", "n-gone"} {
-			if !exists(tag) {
-				asked = append(asked, tag)
-			}
-		}
-		return len(asked), nil
-	}
-	dial := func(context.Context, string, time.Duration) (engine.API, error) {
-		t.Error("prune dialled another engine with no leftovers remembered")
-		return nil, errors.New("no")
-	}
-	n, err := prune(context.Background(), fe, dial, fw)
-	if err != nil {
-		t.Fatalf("prune: %v", err)
-	}
-	want := []string{"c-dead", "i-dead", "n-dead", "n-rebooted", "v-dead", "v-rebooted"}
-	slices.Sort(fe.removed)
-	if !slices.Equal(fe.removed, want) {
-		t.Errorf("removed %v, want %v", fe.removed, want)
-	}
-	if !slices.Equal(asked, []string{"n-gone"}) {
-		t.Errorf("firewall rules judged orphaned: %v, want [n-gone]", asked)
-	}
-	if n != len(want)+1 {
-		t.Errorf("prune counted %d, want %d (%d objects and 1 firewall rule set)", n, len(want)+1, len(want))
-	}
-	for _, a := range fe.filters {
-		if !a.ExactMatch("label", engine.LabelManaged+"=true") {
-			t.Errorf("a list was not limited to the library's objects: %v", a)
-		}
-	}
-
-	// A removal that fails for another reason is reported, and the rest
-	// still done.
-	fe = &fakeEngine{
-		containers: []container.Summary{{ID: "c1", Labels: labels("dead")}, {ID: "c2", Labels: labels("dead")}},
-		removeErr:  map[string][]error{"c1": {errors.New("driver failed")}},
-	}
-	n, err = prune(context.Background(), fe, dial, func(context.Context, func(string) bool) (int, error) { return 0, nil })
-	if err == nil || !strings.Contains(err.Error(), "driver failed") || n != 1 || !slices.Equal(fe.removed, []string{"c2"}) {
-		t.Errorf("prune with a failing removal: %d, %v, removed %v", n, err, fe.removed)
-	}
-}
-
-// engineErr is where the package turns the engine's errors into its own
-// sentinels.
-func TestUnitEngineErrors(t *testing.T) {
-	dialErr := &net.OpError{Op: "dial", Net: "unix", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ENOENT}}
-	noAnswer := fmt.Errorf("post: %w", engine.ErrNoAnswer)
-	notFound := fmt.Errorf("No such container: x: %w", cerrdefs.ErrNotFound)
-	conflict := fmt.Errorf("container x is not running: %w", cerrdefs.ErrConflict)
-	cases := []struct {
-		name  string
-		id    string
-		state *container.State
-		err   error
-		is    []error
-		isNot []error
-		say   string
-	}{
-		{"unreachable", "", nil, dialErr, []error{ErrEngineUnavailable}, []error{ErrUnresponsive}, "is dockerd running?"},
-		{"no answer", "", nil, noAnswer, []error{ErrEngineUnavailable, ErrUnresponsive}, nil, "stopped or overloaded"},
-		{"caller's deadline", "", nil, fmt.Errorf("x: %w", context.DeadlineExceeded), []error{context.DeadlineExceeded}, []error{ErrEngineUnavailable}, ""},
-		{"caller cancelled", "c1", nil, context.Canceled, []error{context.Canceled}, []error{ErrSandboxGone}, ""},
-		{"container gone", "c1", nil, notFound, []error{ErrSandboxGone}, []error{ErrEngineUnavailable}, "c1"},
-		{"container exited", "c1", &container.State{Status: "exited"}, conflict, []error{ErrSandboxGone}, nil, ""},
-		{"container paused", "c1", &container.State{Running: true, Paused: true}, conflict, []error{ErrUnresponsive}, []error{ErrSandboxGone}, "paused"},
-		{"not found before create", "", nil, notFound, nil, []error{ErrSandboxGone, ErrEngineUnavailable}, "sandbox: op:"},
-		{"other", "c1", &container.State{Running: true}, errors.New("disk full"), nil, []error{ErrSandboxGone, ErrUnresponsive}, "disk full"},
-	}
-	for _, c := range cases {
-		s := &Sandbox{cfg: config{timeout: time.Second}, cli: &fakeEngine{state: c.state}, id: c.id}
-		got := s.engineErr("op", c.err)
-		for _, e := range c.is {
-			if !errors.Is(got, e) {
-				t.Errorf("%s: %v is not %v", c.name, got, e)
-			}
-		}
-		for _, e := range c.isNot {
-			if errors.Is(got, e) {
-				t.Errorf("%s: %v is %v", c.name, got, e)
-			}
-		}
-		if !strings.Contains(got.Error(), c.say) {
-			t.Errorf("%s: %q does not say %q", c.name, got, c.say)
-		}
-	}
-	if (&Sandbox{}).engineErr("op", nil) != nil {
-		t.Error("engineErr(nil) is not nil")
-	}
-}
 
 // Options: defaults, merging of limits, and refusal of what cannot work.
 func TestUnitOptions(t *testing.T) {
@@ -571,5 +331,73 @@ func TestUnitCheckSeen(t *testing.T) {
 	removed := Limits{CPUs: -1, Memory: -1, PIDs: -1, FileSize: -1, OpenFiles: -1}
 	if err := checkSeen(removed, rootless); err != nil {
 		t.Errorf("limits removed by the caller: %v", err)
+	}
+}
+
+// fakeDriver records the Spec it is given and fails Create with err.
+type fakeDriver struct {
+	caps  driver.Caps
+	err   error
+	specs []driver.Spec
+}
+
+func (f *fakeDriver) Caps(context.Context) (driver.Caps, error) { return f.caps, nil }
+func (f *fakeDriver) Create(_ context.Context, spec *driver.Spec) (driver.Instance, error) {
+	f.specs = append(f.specs, *spec)
+	return nil, f.err
+}
+func (f *fakeDriver) Prune(context.Context) (int, error) { return 0, nil }
+func (f *fakeDriver) Close() error                       { return nil }
+
+// New maps its options onto the backend-neutral Spec, fits the limits to a
+// backend whose working directory is memory, and passes the backend's
+// errors on as they are, so that they match the package's sentinels.
+func TestUnitDriverSpec(t *testing.T) {
+	ctx := context.Background()
+	fd := &fakeDriver{caps: driver.Caps{DiskFS: "ext4"}, err: fmt.Errorf("no engine here: %w", driver.ErrUnavailable)}
+	_, err := New(ctx, WithDriver(fd), WithImage("img:1"), WithEnv("A=1"), WithUser("1000:1000"), WithRuntime("runsc"),
+		WithLabels(map[string]string{"team": "x"}), WithLimits(Limits{CPUs: 2, Lifetime: 90 * time.Second}),
+		WithNetwork(AllowHosts("example.org")))
+	if !errors.Is(err, ErrEngineUnavailable) || len(fd.specs) != 1 {
+		t.Fatalf("New through a failing driver: %v (%d creates)", err, len(fd.specs))
+	}
+	sp := fd.specs[0]
+	d := DefaultLimits()
+	want := driver.Resources{CPUs: 2, Memory: d.Memory, PIDs: d.PIDs, Disk: d.Disk, TmpSize: d.TmpSize,
+		FileSize: d.FileSize, OpenFiles: d.OpenFiles, Lifetime: 90 * time.Second}
+	if sp.Image != "img:1" || sp.Snapshot != "" || sp.Workdir != "/workspace" || sp.Runtime != "runsc" ||
+		sp.Labels["team"] != "x" || sp.Network != driver.NetworkNone || sp.Resources != want || sp.Timeout != DefaultTimeout {
+		t.Errorf("spec %+v", sp)
+	}
+	args := strings.Join(sp.Agent, " ")
+	if !strings.Contains(args, "-lifetime=90s") || !strings.Contains(args, "-user=1000:1000") ||
+		!strings.Contains(args, "-relay=") || strings.Contains(args, "-drawn") {
+		t.Errorf("agent arguments %q", args)
+	}
+	env := strings.Join(sp.Env, " ")
+	if !strings.Contains(env, "HOME=/workspace") || !strings.Contains(env, "A=1") || !strings.Contains(env, "HTTP_PROXY=http://127.0.0.1:") {
+		t.Errorf("environment %q", env)
+	}
+
+	// Open is the backend's; the default user is drawn.
+	fd.specs = nil
+	New(ctx, WithDriver(fd), WithNetwork(NetworkPolicy{Open: true}))
+	if sp := fd.specs[0]; sp.Network != driver.NetworkOpen || !strings.Contains(strings.Join(sp.Agent, " "), "-drawn") ||
+		strings.Contains(strings.Join(sp.Env, " "), "HTTP_PROXY") {
+		t.Errorf("Open: %+v", sp)
+	}
+
+	// A memory working directory: the default Disk shrinks to fit Memory.
+	fd = &fakeDriver{caps: driver.Caps{DiskFS: "tmpfs"}, err: errors.New("stop")}
+	New(ctx, WithDriver(fd), WithLimits(Limits{Memory: 256 << 20}))
+	if r := fd.specs[0].Resources; r.Disk+2*r.TmpSize > 256<<20-64<<20 || r.Disk <= 0 {
+		t.Errorf("tmpfs disk %d and /tmp %d in 256 MiB of memory", r.Disk, r.TmpSize)
+	}
+	if _, err := New(ctx, WithDriver(fd), WithLimits(Limits{Memory: 256 << 20, Disk: 1 << 30})); err == nil ||
+		!strings.Contains(err.Error(), "does not fit") || len(fd.specs) != 1 {
+		t.Errorf("an explicit Disk that cannot fit: %v (%d creates)", err, len(fd.specs))
+	}
+	if _, err := New(ctx, WithDriver(nil)); err == nil {
+		t.Error("WithDriver(nil) accepted")
 	}
 }

@@ -2,12 +2,10 @@ package sandbox
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -20,13 +18,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/network"
-
 	"github.com/agentsandbox/sandbox/internal/agentconn"
 	"github.com/agentsandbox/sandbox/internal/egress"
-	"github.com/agentsandbox/sandbox/internal/engine"
-	"github.com/agentsandbox/sandbox/internal/firewall"
-	"github.com/agentsandbox/sandbox/internal/leftover"
 )
 
 // NetworkPolicy says what a sandbox may reach. The zero policy is no network
@@ -145,14 +138,7 @@ func WithNetwork(p NetworkPolicy) Option {
 
 // netState is what a sandbox's network policy made.
 type netState struct {
-	// Open: the engine's network and the host's firewall rules.
-	id     string // network ID
-	name   string
-	bridge string
-	rules  *firewall.Rules
-
-	// Allow-lists and credentials: the egress proxy, reached through the
-	// agent's relay port.
+	// The egress proxy, reached through the agent's relay port.
 	relayPort int
 	proxy     *egress.Proxy
 	proxyL    net.Listener
@@ -175,18 +161,15 @@ type exposure struct {
 	cs  map[net.Conn]struct{}
 }
 
-// subnetBase is where Open sandboxes' networks get their /28s: 10.213.0.0/16.
-var subnetBase = netip.MustParseAddr("10.213.0.0")
-
 // relayPorts is the range the relay port is drawn from: the sandbox's
 // loopback interface is its own, so any port is free at the start.
 const relayPortMin, relayPortSpan = 20000, 30000
 
 // createNetwork prepares the sandbox's network policy before the container
 // exists. It returns the env vars the container needs.
-func (s *Sandbox) createNetwork(ctx context.Context) (env []string, err error) {
+func (s *Sandbox) createNetwork() (env []string, err error) {
 	if s.cfg.network.Open {
-		return nil, s.createOpenNetwork(ctx)
+		return nil, nil // the backend's (driver.NetworkOpen)
 	}
 	p := s.cfg.network
 	var b [2]byte
@@ -231,58 +214,6 @@ func (s *Sandbox) serveProxy() {
 	n.proxyL = s.agent.Listen(relayPending)
 	n.proxyErr = make(chan error, 1)
 	go func() { n.proxyErr <- n.proxy.Serve(n.proxyL) }()
-}
-
-// createOpenNetwork makes the bridge network and host firewall rules of an
-// Open sandbox.
-func (s *Sandbox) createOpenNetwork(ctx context.Context) error {
-	if err := firewall.Supported(); err != nil {
-		return fmt.Errorf("%w: %w", ErrNetworkUnsupported, err)
-	}
-	var suffix [6]byte
-	rand.Read(suffix[:])
-	tag := hex.EncodeToString(suffix[:])
-	n := &netState{name: "agentsandbox-" + tag, bridge: "asb" + tag}
-	s.net = n
-	var created network.CreateResponse
-	var gateway string
-	for try := 0; ; try++ {
-		var b [2]byte
-		rand.Read(b[:])
-		base := subnetBase.As4()
-		idx := binary.BigEndian.Uint16(b[:]) & 0x0fff // 4096 /28s
-		base[2], base[3] = byte(idx>>4), byte(idx<<4)
-		subnet := netip.PrefixFrom(netip.AddrFrom4(base), 28)
-		gw := subnet.Addr().Next()
-		dctx, cancel := detached(ctx) // a cancelled create may still happen: keep its ID
-		var err error
-		created, err = s.cli.NetworkCreate(dctx, n.name, network.CreateOptions{
-			Driver: "bridge",
-			IPAM:   &network.IPAM{Config: []network.IPAMConfig{{Subnet: subnet.String(), Gateway: gw.String()}}},
-			Options: map[string]string{
-				"com.docker.network.bridge.name":       n.bridge,
-				"com.docker.network.bridge.enable_icc": "false",
-			},
-			Labels: engine.Labels("network", nil),
-		})
-		cancel()
-		if err == nil {
-			gateway = gw.String()
-			break
-		}
-		if !engine.IsSubnetOverlap(err) || try >= 20 {
-			return s.engineErr("create network", err)
-		}
-	}
-	n.id = created.ID
-	if err := ctxErr(ctx, "create network"); err != nil {
-		return err
-	}
-	var err error
-	if n.rules, err = firewall.Isolate(ctx, n.bridge, gateway, 0, n.id); err != nil {
-		return fmt.Errorf("sandbox: network policy: %w", err)
-	}
-	return nil
 }
 
 // The CA the sandbox trusts lives in /tmp (a tmpfs inside the sandbox).
@@ -453,40 +384,15 @@ func (s *Sandbox) forwardExposed(c net.Conn, port int) {
 	<-done
 }
 
-// closeNetwork removes the exposures, proxy, firewall rules and network
-// (after the container is gone).
-func (s *Sandbox) closeNetwork(ctx context.Context) error {
+// closeNetwork closes the exposures and the proxy (after the instance is
+// gone).
+func (s *Sandbox) closeNetwork() {
 	s.exposed.closeAll()
-	n := s.net
-	if n == nil {
-		return nil
-	}
-	var errs []error
-	if n.proxyL != nil {
+	if n := s.net; n != nil && n.proxyL != nil {
 		n.proxyL.Close()
 		n.proxy.Close()
 		<-n.proxyErr
 	}
-	if err := n.rules.Remove(); err != nil {
-		errs = append(errs, err)
-	}
-	// Without an ID the create may still have happened (its answer was
-	// lost): the name is unique, remove by it.
-	if target := cmp.Or(n.id, n.name); target != "" {
-		err := engine.RetryBusy(ctx, func() error {
-			if err := s.cli.NetworkRemove(ctx, target); err != nil && !engine.IsNotFound(err) {
-				return err
-			}
-			return nil
-		}, func(err error) bool { // the container is still going away
-			return engine.IsInUse(err)
-		})
-		if err != nil {
-			s.remember(leftover.Network, target, err)
-			errs = append(errs, fmt.Errorf("sandbox: remove network: %w", err))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // testing hooks, set through export_test.go.

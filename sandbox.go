@@ -2,16 +2,12 @@ package sandbox
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/binary"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -20,22 +16,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/api/types/mount"
-	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/api/types/volume"
-
+	"github.com/agentsandbox/sandbox/docker"
+	"github.com/agentsandbox/sandbox/driver"
 	"github.com/agentsandbox/sandbox/internal/agentconn"
-	"github.com/agentsandbox/sandbox/internal/disk"
-	"github.com/agentsandbox/sandbox/internal/engine"
-	"github.com/agentsandbox/sandbox/internal/firewall"
 	"github.com/agentsandbox/sandbox/internal/ident"
-	"github.com/agentsandbox/sandbox/internal/leftover"
 	"github.com/agentsandbox/sandbox/internal/pseudofs"
-	"github.com/agentsandbox/sandbox/internal/seccomp"
 )
 
 // DefaultImage is the image used when WithImage is not given.
@@ -56,24 +41,20 @@ const DefaultTimeout = 30 * time.Second
 // concurrent use by multiple goroutines.
 type Sandbox struct {
 	cfg     config
-	cli     engine.API
-	name    string // the container's name, unique, chosen before it is created
+	drv     driver.Driver   // the backend
+	ownDrv  bool            // drv was made for this sandbox alone (WithHost): closed with it
+	inst    driver.Instance // the sandbox's instance on the backend
 	id      string
 	user    string // the user as given (WithUser) or drawn (ownUser)
 	uid     int    // the user's IDs, as the agent resolved them
 	gid     int
 	log     *slog.Logger
-	agent   *agentconn.Conn // the agent, the container's main process
-	attach  types.HijackedResponse
-	stderr  *tail     // the last of the agent's stderr, for errors
-	volume  string    // the workdir volume
-	base    string    // the image the sandbox (or the snapshot it came from) was made from
-	snap    *Snapshot // the snapshot it was restored from, if any
-	net     *netState // set when the network policy is not "none"
+	agent   *agentconn.Conn // the agent, the instance's main process
+	stderr  *tail           // the last of the agent's stderr, for errors
+	base    string          // the image the sandbox (or the snapshot it came from) was made from
+	release func()          // called when the sandbox is closed (a snapshot's count of users)
+	net     *netState       // set for an allow-list or credentials
 	exposed exposures
-	dev     *disk.Device // backs volume when Limits.Disk > 0
-
-	created time.Time // when create began
 
 	mu       sync.Mutex
 	closed   bool
@@ -81,29 +62,29 @@ type Sandbox struct {
 	closeErr error
 	closing  sync.Once
 	whyOnce  sync.Once
-	why      string // why the container stopped, once asked
+	why      string // why the instance stopped, once asked
 }
 
 // Option configures a sandbox in New.
 type Option func(*config) error
 
 type config struct {
-	image   string
-	pull    PullPolicy
-	limits  Limits
-	env     []string
-	workdir string
-	user    string
-	runtime string
-	labels  map[string]string
-	logger  *slog.Logger
-	host    string
-	restore *Snapshot // set by Snapshot.New
-	network NetworkPolicy
-	diskSet bool // Limits.Disk was given, not the default
-	tmpSet  bool // Limits.TmpSize was given, not the default
-
-	agentVolume string // test hook: the agent's volume under another name
+	image    string
+	pull     PullPolicy
+	limits   Limits
+	env      []string
+	workdir  string
+	user     string
+	runtime  string
+	labels   map[string]string
+	logger   *slog.Logger
+	host     string
+	driver   driver.Driver
+	snapshot string // set by Snapshot.New: the snapshot's ID
+	base     string // set by Snapshot.New: the image the snapshot was made from
+	network  NetworkPolicy
+	diskSet  bool // Limits.Disk was given, not the default
+	tmpSet   bool // Limits.TmpSize was given, not the default
 
 	timeout       time.Duration  // bound on each wait the caller's context does not bound (DefaultTimeout; a test hook can shorten it)
 	resolve       resolveFunc    // test hook: the proxy's resolver
@@ -291,9 +272,45 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithHost selects the Docker engine ("unix:///var/run/docker.sock",
 // "tcp://host:2376"); TLS material comes from DOCKER_CERT_PATH as with the
-// docker CLI. The default is DOCKER_HOST, else the local socket.
+// docker CLI. The default is DOCKER_HOST, else the local socket. The
+// sandbox gets a connection of its own, closed with it: for many
+// sandboxes on one engine, make one driver with docker.New and give it
+// with WithDriver instead, so that they share it.
 func WithHost(dockerHost string) Option {
 	return func(c *config) error { c.host = dockerHost; return nil }
+}
+
+// WithDriver selects the backend the sandbox runs on: a Docker or Podman
+// engine (package docker), or another implementation of driver.Driver. The
+// default is a Docker driver for the engine DOCKER_HOST names, else the
+// local socket, shared by all sandboxes that are given neither WithDriver
+// nor WithHost. WithDriver takes precedence over WithHost.
+func WithDriver(d driver.Driver) Option {
+	return func(c *config) error {
+		if d == nil {
+			return errors.New("sandbox: WithDriver: nil driver")
+		}
+		c.driver = d
+		return nil
+	}
+}
+
+// DefaultDriver is the backend of sandboxes given neither WithDriver nor
+// WithHost, and of Prune: the Docker engine DOCKER_HOST names when it first
+// connects, else the local socket. Its connection is shared by all those
+// sandboxes, as net/http's DefaultClient is.
+var DefaultDriver driver.Driver = docker.New(docker.Config{})
+
+// backend returns the driver for c, and whether it was made for one
+// sandbox alone (the caller closes it).
+func (c *config) backend() (driver.Driver, bool) {
+	switch {
+	case c.driver != nil:
+		return c.driver, false
+	case c.host != "" || c.timeout != DefaultTimeout:
+		return docker.New(docker.Config{Host: c.host, Timeout: c.timeout}), true
+	}
+	return DefaultDriver, false
 }
 
 // ownUser returns a user of a sandbox's own (see WithUser).
@@ -338,23 +355,12 @@ func New(ctx context.Context, opts ...Option) (*Sandbox, error) {
 	return create(ctx, cfg)
 }
 
-// connect returns a client whose every request must start to be answered
-// within answer.
-func connect(ctx context.Context, host string, answer time.Duration) (engine.API, error) {
-	cli, err := engine.Connect(ctx, host, answer)
-	if err != nil {
-		return nil, fmt.Errorf("%w at %s: is dockerd running, and may this user use it? (%v)",
-			ErrEngineUnavailable, engine.Host(host), err)
-	}
-	return cli, nil
-}
-
 // create makes the sandbox; on failure it removes what it made.
 func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 	start := time.Now()
-	s := &Sandbox{cfg: cfg, log: cfg.logger, base: cfg.image, snap: cfg.restore, created: start}
-	if cfg.restore != nil {
-		s.base = cfg.restore.base
+	s := &Sandbox{cfg: cfg, log: cfg.logger, base: cfg.image, stderr: &tail{}}
+	if cfg.base != "" {
+		s.base = cfg.base // restored: the snapshot's own image
 	}
 	defer func() {
 		if err != nil {
@@ -362,36 +368,30 @@ func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 			s.log.LogAttrs(ctx, slog.LevelError, "sandbox.create", slog.String("image", cfg.image), slog.String("error", err.Error()))
 		}
 	}()
-	if s.cli, err = connect(ctx, cfg.host, cfg.timeout); err != nil {
-		return nil, err
-	}
+	s.drv, s.ownDrv = cfg.backend()
 	s.user = s.cfg.user
 	if s.user == "" {
 		s.user = ownUser() // a restored sandbox gets one of its own too
 	}
-	if err := s.ensureImage(ctx); err != nil {
-		return nil, err
-	}
-	if err := s.createVolume(ctx); err != nil {
+	disk, err := s.fitDisk(ctx)
+	if err != nil {
 		return nil, err
 	}
 	var netEnv []string
 	if !cfg.network.none() {
-		if netEnv, err = s.createNetwork(ctx); err != nil {
+		netEnv, err = s.createNetwork()
+		if err != nil {
 			return nil, err
 		}
 	}
-	err = s.createContainer(ctx, netEnv)
-	if errors.Is(err, errAgentMissing) {
-		// The agent's volume was removed or emptied behind the library:
-		// fill it again, once.
-		s.discardContainer()
-		err = s.createContainer(ctx, netEnv)
-	}
-	if err != nil {
+	if s.inst, err = s.drv.Create(ctx, s.spec(netEnv)); err != nil {
 		return nil, err
 	}
-	if s.net != nil && s.net.proxy != nil {
+	s.id = s.inst.ID()
+	if err := s.startAgent(ctx); err != nil {
+		return nil, err
+	}
+	if s.net != nil {
 		s.serveProxy()
 		if s.net.ca != nil {
 			if err := s.installCA(ctx); err != nil {
@@ -399,302 +399,80 @@ func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 			}
 		}
 	}
-	if cfg.restore != nil {
-		if err := s.restoreWorkdir(ctx); err != nil {
-			return nil, err
-		}
-	}
 	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.create",
 		slog.String("sandbox", s.ID()), slog.String("image", cfg.image),
 		slog.String("user", s.userIDs()), slog.String("workdir", cfg.workdir),
-		slog.String("runtime", cfg.runtime), slog.String("disk", s.diskKind()), slog.Duration("duration", time.Since(start)))
+		slog.String("runtime", cfg.runtime), slog.String("disk", disk), slog.Duration("duration", time.Since(start)))
 	return s, nil
 }
 
-func (s *Sandbox) ensureImage(ctx context.Context) error {
-	_, err := s.cli.ImageInspect(ctx, s.cfg.image)
-	if err == nil {
-		return nil
+// fitDisk makes the limits fit a working directory that the backend keeps
+// in memory (see tmpfsDisk), and returns its file system.
+func (s *Sandbox) fitDisk(ctx context.Context) (string, error) {
+	if s.cfg.limits.Disk <= 0 {
+		return "tmpfs", nil // unsized
 	}
-	if !engine.IsNotFound(err) {
-		return s.engineErr("inspect image", err)
+	caps, err := s.drv.Caps(ctx)
+	if err != nil || caps.DiskFS != "tmpfs" {
+		return caps.DiskFS, err
 	}
-	if s.cfg.pull == PullNever {
-		return fmt.Errorf("%w: %q is not on the engine at %s, and the pull policy is PullNever: build it (docker build -t %s ...) or pull it (docker pull %s)",
-			ErrImageNotFound, s.cfg.image, engine.Host(s.cfg.host), s.cfg.image, s.cfg.image)
-	}
-	start := time.Now()
-	rc, err := s.cli.ImagePull(ctx, s.cfg.image, image.PullOptions{})
-	if err == nil {
-		rc = engine.IdleBounded(rc, s.cfg.timeout)
-		err = readJSONStream(rc, func(id, status string) {
-			s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.pull.progress", slog.String("image", s.cfg.image),
-				slog.String("layer", id), slog.String("status", status))
-		})
-		rc.Close()
-	}
-	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.pull", slog.String("image", s.cfg.image),
-		slog.Duration("duration", time.Since(start)), errAttr(err))
+	fit, err := tmpfsDisk(s.cfg.limits, s.cfg.diskSet, s.cfg.tmpSet)
 	if err != nil {
-		return fmt.Errorf("%w: %q is not on the engine and pulling it failed: %v (build it, or pull it with docker pull %s)",
-			ErrImageNotFound, s.cfg.image, err, s.cfg.image)
+		return "", err
 	}
-	return nil
+	if fit != s.cfg.limits {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "sandbox.limits", slog.Int64("disk", fit.Disk), slog.Int64("tmp_size", fit.TmpSize),
+			slog.String("note", fmt.Sprintf("the working directory is a tmpfs here (RAM, counted towards Limits.Memory): "+
+				"the default Limits.Disk of %s (and /tmp and /dev/shm of %s each) made to fit in Limits.Memory of %s; raise Memory for more",
+				mib(s.cfg.limits.Disk), mib(s.cfg.limits.TmpSize), mib(s.cfg.limits.Memory))))
+		s.cfg.limits = fit
+	}
+	return caps.DiskFS, nil
 }
 
-// createVolume makes the volume the working directory lives on: an ext4
-// image of Limits.Disk bytes, or a plain volume when Disk is unlimited.
-func (s *Sandbox) createVolume(ctx context.Context) error {
-	// The name is chosen here, not by the engine, so that teardown can
-	// remove a volume whose create timed out but happened.
-	info, err := s.engineInfo(ctx)
-	if err != nil {
-		return err
-	}
-	s.volume = objectName("workdir")
-	opts := volume.CreateOptions{Name: s.volume, Driver: "local", Labels: engine.Labels("workdir", nil)}
-	switch {
-	case s.cfg.limits.Disk > 0 && s.diskBacking() != nil:
-		// No loop devices here (not root, or the engine is elsewhere): a
-		// tmpfs of Disk bytes, which the engine mounts. Writes past it
-		// fail with ENOSPC all the same; its files count towards Memory,
-		// so it must fit there beside /tmp, /dev/shm and the processes.
-		fit, err := tmpfsDisk(s.cfg.limits, s.cfg.diskSet, s.cfg.tmpSet)
-		if err != nil {
-			return err
-		}
-		if fit != s.cfg.limits {
-			s.log.LogAttrs(ctx, slog.LevelWarn, "sandbox.limits", slog.Int64("disk", fit.Disk), slog.Int64("tmp_size", fit.TmpSize),
-				slog.String("note", fmt.Sprintf("the working directory is a tmpfs here (RAM, counted towards Limits.Memory): "+
-					"the default Limits.Disk of %s (and /tmp and /dev/shm of %s each) made to fit in Limits.Memory of %s; raise Memory for more",
-					mib(s.cfg.limits.Disk), mib(s.cfg.limits.TmpSize), mib(s.cfg.limits.Memory))))
-			s.cfg.limits = fit
-		}
-		if info.Podman {
-			// Podman takes a local volume's size option for a quota
-			// its file system lacks: the container gets a tmpfs mount
-			// of its own instead (see workdirMount).
-			s.volume = ""
-			return nil
-		}
-		opts.DriverOpts = map[string]string{"type": "tmpfs", "device": "tmpfs",
-			"o": fmt.Sprintf("size=%d,mode=0755", s.cfg.limits.Disk)}
-	case s.cfg.limits.Disk > 0:
-		dev, err := disk.Create(ctx, s.cfg.limits.Disk, 0, 0)
-		if err != nil {
-			return fmt.Errorf("sandbox: creating the %s disk: %w", fmt.Sprintf("%d-byte", s.cfg.limits.Disk), err)
-		}
-		s.dev = dev
-		opts.DriverOpts = map[string]string{"type": "ext4", "device": dev.Path()}
-	default:
-		// No disk limit: a tmpfs volume (RAM, charged to the sandbox's
-		// memory).
-		opts.DriverOpts = map[string]string{"type": "tmpfs", "device": "tmpfs", "o": "mode=0755"}
-	}
-	dctx, cancel := detached(ctx)
-	v, err := s.cli.VolumeCreate(dctx, opts)
-	cancel()
-	if err != nil {
-		return s.engineErr("create volume", err)
-	}
-	s.volume = v.Name
-	return ctxErr(ctx, "create volume")
-}
-
-// workdirMount is the working directory's mount: its volume, or a tmpfs
-// of Limits.Disk where no volume could be made (Podman without a loop
-// device).
-func (s *Sandbox) workdirMount() mount.Mount {
-	if s.volume == "" {
-		return mount.Mount{Type: mount.TypeTmpfs, Target: s.cfg.workdir,
-			TmpfsOptions: &mount.TmpfsOptions{SizeBytes: s.cfg.limits.Disk, Mode: 0o755}}
-	}
-	return mount.Mount{Type: mount.TypeVolume, Source: s.volume, Target: s.cfg.workdir,
-		VolumeOptions: &mount.VolumeOptions{NoCopy: true}}
-}
-
-// diskKind names what the working directory is: "ext4" (a loop-mounted
-// image), "tmpfs" (sized by Limits.Disk, or unsized when it is negative).
-func (s *Sandbox) diskKind() string {
-	if s.dev != nil {
-		return "ext4"
-	}
-	return "tmpfs"
-}
-
-// diskBacking says why the working directory cannot be a loop-mounted
-// ext4 image here (nil if it can): that needs root (CAP_SYS_ADMIN) and
-// e2fsprogs on this host, and an engine on this host (a unix socket).
-func (s *Sandbox) diskBacking() error {
-	if err := diskSupported(); err != nil {
-		return err
-	}
-	if h := engine.Host(s.cfg.host); !strings.HasPrefix(h, "unix://") {
-		return fmt.Errorf("the engine at %s may not share this host's loop devices", h)
-	}
-	return nil
-}
-
-// diskSupported is disk.Supported; tests replace it.
-var diskSupported = disk.Supported
-
-// objectName returns a fresh, unique name for an engine object of the given
-// kind. Objects are named by the library, not the engine, so that one whose
-// create request timed out (it may have happened all the same) can still be
-// found and removed.
-func objectName(kind string) string {
-	var b [8]byte
-	rand.Read(b[:])
-	return "agentsandbox-" + kind + "-" + hex.EncodeToString(b[:])
-}
-
-// commitTimeout bounds the wait for a snapshot's commit: the engine answers
-// only once the layer is written.
-const commitTimeout = 5 * time.Minute
-
-// detached returns a context for a call that makes an engine object. It is
-// not cancelled with ctx: a request cancelled in flight may still have been
-// carried out, and the object would be left behind, unknown to the
-// teardown. Callers check ctx (ctxErr) once they hold the object's ID. The
-// bound is generous: a commit's time grows with the files committed.
-func detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
-}
-
-// ctxErr returns ctx's error, if any, as the failure of op.
-func ctxErr(ctx context.Context, op string) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("sandbox: %s: %w", op, err)
-	}
-	return nil
-}
-
-func (s *Sandbox) baseEnv() []string {
-	env := []string{"HOME=" + s.cfg.workdir, "PYTHONUNBUFFERED=1", "LANG=C.UTF-8"}
-	return append(env, s.cfg.env...) // later entries win
-}
-
-func (s *Sandbox) createContainer(ctx context.Context, netEnv []string) error {
+// spec is what the backend makes the sandbox's instance from.
+func (s *Sandbox) spec(netEnv []string) *driver.Spec {
 	l := s.cfg.limits
 	lifetime := int64(0)
 	if l.Lifetime > 0 {
 		lifetime = int64((l.Lifetime + time.Second - 1) / time.Second)
 	}
-	agentVol, err := s.agentVolume(ctx)
-	if err != nil {
-		return err
-	}
-	info, err := s.engineInfo(ctx)
-	if err != nil {
-		return err
-	}
-	profile, err := json.Marshal(seccomp.Profile(info.Arch))
-	if err != nil {
-		return fmt.Errorf("sandbox: seccomp profile: %w", err)
-	}
-	secOpt := "seccomp=" + string(profile)
-	if info.Podman {
-		// Podman reads the profile from a file on its host (this one,
-		// for a local socket).
-		p, err := seccomp.File(os.TempDir(), profile)
-		if err != nil {
-			return fmt.Errorf("sandbox: seccomp profile for Podman: %w", err)
-		}
-		secOpt = "seccomp=" + p
-	}
-	entry := []string{agentDir + "/agent", fmt.Sprintf("-lifetime=%ds", lifetime), "-user=" + s.user}
+	args := []string{fmt.Sprintf("-lifetime=%ds", lifetime), "-user=" + s.user}
 	if s.cfg.user == "" {
-		entry = append(entry, "-drawn") // the agent may move it into a rootless engine's IDs
+		args = append(args, "-drawn") // the agent may move it into a rootless engine's IDs
 	}
-	if s.net != nil && s.net.relayPort != 0 {
-		entry = append(entry, fmt.Sprintf("-relay=%d", s.net.relayPort))
+	if s.net != nil {
+		args = append(args, fmt.Sprintf("-relay=%d", s.net.relayPort))
 	}
-	cc := &container.Config{
-		Image:        s.cfg.image,
-		Entrypoint:   entry,
-		Cmd:          nil,
-		User:         "0:0", // the agent; commands run as s.user
-		WorkingDir:   s.cfg.workdir,
-		Env:          append(s.baseEnv(), netEnv...),
-		Labels:       engine.Labels("sandbox", s.cfg.labels),
-		Hostname:     "sandbox",
-		AttachStdin:  true,
-		AttachStdout: true,
-		AttachStderr: true,
-		OpenStdin:    true,
-		StdinOnce:    true,
+	spec := &driver.Spec{
+		Image:   s.cfg.image,
+		Pull:    s.cfg.pull == PullMissing,
+		Agent:   args,
+		Stderr:  s.stderr,
+		Workdir: s.cfg.workdir,
+		Env:     append(s.baseEnv(), netEnv...),
+		Labels:  s.cfg.labels,
+		Runtime: s.cfg.runtime,
+		Resources: driver.Resources{CPUs: l.CPUs, Memory: l.Memory, PIDs: l.PIDs, Disk: l.Disk, TmpSize: l.TmpSize,
+			FileSize: l.FileSize, OpenFiles: l.OpenFiles, Lifetime: l.Lifetime},
+		Log:     s.log,
+		Timeout: s.cfg.timeout,
 	}
-	hc := &container.HostConfig{
-		AutoRemove:     true,
-		NetworkMode:    "none",
-		CapDrop:        []string{"ALL"},
-		CapAdd:         agentCaps,
-		SecurityOpt:    []string{"no-new-privileges:true", secOpt},
-		ReadonlyRootfs: true,
-		LogConfig:      container.LogConfig{Type: "none"},
-		Runtime:        s.cfg.runtime,
-		ShmSize:        l.TmpSize, // /dev/shm: like /tmp, RAM counted towards Memory
-		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", l.TmpSize)},
-		Mounts: []mount.Mount{s.workdirMount(), {
-			Type: mount.TypeVolume, Source: agentVol, Target: agentDir, ReadOnly: true,
-			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
-		}},
+	if s.cfg.snapshot != "" {
+		spec.Image, spec.Snapshot, spec.Pull = s.base, s.cfg.snapshot, false
 	}
-	if s.net != nil && s.net.name != "" {
-		hc.NetworkMode = container.NetworkMode(s.net.name)
+	if s.cfg.network.Open {
+		spec.Network = driver.NetworkOpen
 	}
-	r := &hc.Resources
-	if l.CPUs > 0 {
-		r.NanoCPUs = int64(l.CPUs * 1e9)
-	}
-	if l.Memory > 0 {
-		r.Memory, r.MemorySwap = l.Memory, l.Memory
-	}
-	if l.PIDs > 0 {
-		r.PidsLimit = &l.PIDs
-	}
-	if l.FileSize > 0 {
-		r.Ulimits = append(r.Ulimits, &container.Ulimit{Name: "fsize", Soft: l.FileSize, Hard: l.FileSize})
-	}
-	if l.OpenFiles > 0 {
-		r.Ulimits = append(r.Ulimits, &container.Ulimit{Name: "nofile", Soft: l.OpenFiles, Hard: l.OpenFiles})
-	}
-	// POSIX message queues: the kernel's default per-user bound, set here
-	// so that the engine's own limits do not change it.
-	r.Ulimits = append(r.Ulimits, &container.Ulimit{Name: "msgqueue", Soft: msgQueueBytes, Hard: msgQueueBytes})
-	if info.Podman {
-		r.Ulimits = append(r.Ulimits, podmanUlimits()...)
-	}
-	hc.Sysctls = ipcSysctls(l)
-	s.name = objectName("sandbox")
-	dctx, cancel := detached(ctx)
-	created, err := s.cli.ContainerCreate(dctx, cc, hc, nil, nil, s.name)
-	cancel()
-	if err != nil {
-		return s.engineErr("create container", err)
-	}
-	s.id = created.ID
-	if err := ctxErr(ctx, "create container"); err != nil {
-		return err
-	}
-	if s.attach, err = engine.Attach(ctx, s.cfg.timeout, func(ctx context.Context) (types.HijackedResponse, error) {
-		return s.cli.ContainerAttach(ctx, s.id, container.AttachOptions{
-			Stream: true, Stdin: true, Stdout: true, Stderr: true,
-		})
-	}); err != nil {
-		return s.engineErr("attach", err)
-	}
-	// The attach stream multiplexes the agent's stdout (frames) and
-	// stderr (its complaints, kept for errors).
-	s.stderr = &tail{}
-	s.agent = agentconn.Start(agentStream{s.attach}, engine.Demux(s.attach.Reader, s.stderr), s.cfg.timeout)
-	if err := s.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
-		if engine.IsMissingEntrypoint(err, agentDir+"/agent") {
-			s.forgetAgentVolume(agentVol)
-			return fmt.Errorf("%w: %v", errAgentMissing, err)
-		}
-		return s.engineErr("start container", err)
-	}
+	return spec
+}
+
+// startAgent talks to the agent over the instance's stream until it has
+// said hello: it resolved the user in the image, gave it the working
+// directory, and found the limits in force.
+func (s *Sandbox) startAgent(ctx context.Context) error {
+	st := s.inst.Stream()
+	s.agent = agentconn.Start(st, st, s.cfg.timeout)
 	hello, err := s.agent.Ready(ctx)
 	if said := s.stderr.String(); errors.Is(err, agentconn.ErrGone) && said != "" {
 		// It said why it stopped: a user the image does not have, say.
@@ -703,7 +481,6 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv []string) error {
 	if err != nil {
 		return s.initErr("the sandbox's agent did not start"+s.stderr.say(), err)
 	}
-	// The agent resolved the user in the image and gave it the workdir.
 	s.uid, s.gid = int(hello.UID), int(hello.GID)
 	if err := checkSeen(s.cfg.limits, hello.Limits); err != nil {
 		return err
@@ -716,53 +493,10 @@ func (s *Sandbox) createContainer(ctx context.Context, netEnv []string) error {
 	return nil
 }
 
-// errAgentMissing is a container that did not start because the agent's
-// volume no longer holds the agent.
-var errAgentMissing = errors.New("sandbox: the agent's volume does not hold the agent")
-
-// discardContainer removes a container that createContainer made but that
-// did not start, so that it can be made again.
-func (s *Sandbox) discardContainer() {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
-	defer cancel()
-	if s.agent != nil {
-		s.agent.Close()
-	}
-	s.cli.ContainerRemove(ctx, s.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
-	if s.attach.Conn != nil {
-		s.attach.Close()
-		<-s.agent.Done()
-	}
-	s.id, s.agent, s.attach = "", nil, types.HijackedResponse{}
+func (s *Sandbox) baseEnv() []string {
+	env := []string{"HOME=" + s.cfg.workdir, "PYTHONUNBUFFERED=1", "LANG=C.UTF-8"}
+	return append(env, s.cfg.env...) // later entries win
 }
-
-// copyTo streams the tar archive r into directory dir of container id. The
-// upload is bounded by progress: it fails when the engine has taken nothing
-// for the sandbox's timeout (a frozen engine stops reading).
-func (s *Sandbox) copyTo(ctx context.Context, id, dir string, r io.Reader) error {
-	wctx, kick, stop := engine.Watch(ctx, s.cfg.timeout)
-	defer stop()
-	err := s.cli.CopyToContainer(wctx, id, dir, engine.Kicking(r, kick), container.CopyToContainerOptions{})
-	return engine.Cause(wctx, err)
-}
-
-// copyFrom returns a tar archive of path p in container id. Every read of it
-// is bounded: it fails when the engine sent nothing for the sandbox's
-// timeout.
-func (s *Sandbox) copyFrom(ctx context.Context, id, p string) (io.ReadCloser, error) {
-	rc, _, err := s.cli.CopyFromContainer(ctx, id, p)
-	if err != nil {
-		return nil, err
-	}
-	return engine.IdleBounded(rc, s.cfg.timeout), nil
-}
-
-// agentStream is the write side of the attach stream, to the agent.
-type agentStream struct{ h types.HijackedResponse }
-
-func (w agentStream) Write(p []byte) (int, error)        { return w.h.Conn.Write(p) }
-func (w agentStream) SetWriteDeadline(t time.Time) error { return w.h.Conn.SetWriteDeadline(t) }
-func (w agentStream) CloseWrite() error                  { return w.h.CloseWrite() }
 
 // tail keeps the last 4 KiB written to it.
 type tail struct {
@@ -801,7 +535,8 @@ func (t *tail) say() string {
 // default.
 func (s *Sandbox) userIDs() string { return fmt.Sprintf("%d:%d", s.uid, s.gid) }
 
-// ID returns the sandbox's container ID.
+// ID returns the sandbox's ID on its backend: on Docker and Podman, its
+// container's ID.
 func (s *Sandbox) ID() string {
 	if s == nil {
 		return ""
@@ -838,7 +573,7 @@ func (s *Sandbox) goneErr(op string, detail error) error {
 	return fmt.Errorf("%w: %s", ErrSandboxGone, msg)
 }
 
-// goneWhy says why the container stopped, asking the engine once: out of
+// goneWhy says why the instance stopped, asking the backend once: out of
 // memory if the kernel's OOM killer acted in it within a second of its
 // end (the agent is the OOM killer's last choice, taken only when no
 // command is left to kill), else removed or killed from outside, or its
@@ -846,78 +581,31 @@ func (s *Sandbox) goneErr(op string, detail error) error {
 func (s *Sandbox) goneWhy() string {
 	s.whyOnce.Do(func() {
 		s.why = "(removed or killed outside the library, or its Lifetime ended)"
-		if s.id == "" || s.cli == nil {
+		r, ok := s.inst.(driver.OOMReporter)
+		if !ok {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), min(2*time.Second, s.cfg.timeout))
 		defer cancel()
-		if engine.DiedOfOOM(ctx, s.cli, s.id, s.created) {
+		if r.OOMKilled(ctx) {
 			s.why = "out of memory (OOMKilled: the kernel's OOM killer ended the sandbox's agent, which it takes only when no command is left to kill: raise Limits.Memory)"
 		}
 	})
 	return s.why
 }
 
-// engineErr turns an engine error into one the caller can act on.
-func (s *Sandbox) engineErr(op string, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("sandbox: %s: %w", op, err)
-	case engine.IsTimeout(err):
-		// The engine's error repeats the same in more words.
-		return fmt.Errorf("%w at %s: %s: %w (none within %v: is dockerd stopped or overloaded?)",
-			ErrEngineUnavailable, engine.Host(s.cfg.host), op, ErrUnresponsive, s.cfg.timeout)
-	case engine.IsUnreachable(err):
-		return fmt.Errorf("%w at %s: %s: is dockerd running? (%v)",
-			ErrEngineUnavailable, engine.Host(s.cfg.host), op, err)
-	case s.id != "" && engine.MayBeState(err):
-		switch s.stateAfterFailure() {
-		case stateGone:
-			return s.goneErr(op, err)
-		case statePaused:
-			return s.pausedErr(op)
-		}
+// backendErr is the error of operation op that the backend failed: one
+// that says the instance is gone gets the reason (goneErr); the backend's
+// others say what failed already.
+func (s *Sandbox) backendErr(op string, err error) error {
+	if errors.Is(err, ErrSandboxGone) {
+		return s.goneErr(op, nil)
 	}
-	return fmt.Errorf("sandbox: %s: %w", op, err)
+	return err
 }
 
-// stateAfterFailure says what state the container is in after the engine
-// refused a request about it. The engine's view can lag behind: a
-// container killed a moment ago may still be "running" to it, and its
-// refusal then names no state. The end of the agent's stream is the
-// sandbox's own sign of its end, so it is asked first, and waited for a
-// moment if the engine sees the container running.
-func (s *Sandbox) stateAfterFailure() containerState {
-	if s.agentEnded(0) {
-		return stateGone
-	}
-	st := s.stateNow()
-	if (st == stateRunning || st == stateUnknown) && s.agentEnded(time.Second) {
-		return stateGone
-	}
-	return st
-}
-
-// agentEnded reports whether the stream from the sandbox's agent has
-// ended, or ends within wait.
-func (s *Sandbox) agentEnded(wait time.Duration) bool {
-	if s.agent == nil {
-		return false
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-s.agent.Done():
-		return true
-	case <-t.C:
-		return false
-	}
-}
-
-// initErr is the error for a request to the sandbox's init process that
-// failed: the container is gone, paused, or its init does not answer.
+// initErr is the error for a request to the sandbox's agent that failed:
+// the instance is gone, paused, or its agent does not answer.
 func (s *Sandbox) initErr(op string, err error) error {
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
@@ -926,9 +614,9 @@ func (s *Sandbox) initErr(op string, err error) error {
 		return s.goneErr(op, nil)
 	case errors.Is(err, agentconn.ErrNoAnswer):
 		switch s.stateNow() {
-		case stateGone:
+		case driver.StateGone:
 			return s.goneErr(op, err)
-		case statePaused:
+		case driver.StatePaused:
 			return s.pausedErr(op)
 		}
 		return fmt.Errorf("%w: %s: %s: %v", ErrUnresponsive, op, shortID(s.id), err)
@@ -941,35 +629,11 @@ func (s *Sandbox) pausedErr(op string) error {
 		ErrUnresponsive, op, shortID(s.id))
 }
 
-type containerState int
+// stateNow asks the backend what state the instance is in.
+func (s *Sandbox) stateNow() driver.State { return s.inst.State(context.Background()) }
 
-const (
-	stateRunning containerState = iota
-	statePaused
-	stateGone    // removed, exited, or being removed
-	stateUnknown // the engine did not say
-)
-
-// stateNow asks the engine what state the container is in.
-func (s *Sandbox) stateNow() containerState {
-	ctx, cancel := context.WithTimeout(context.Background(), min(5*time.Second, s.cfg.timeout))
-	defer cancel()
-	info, err := s.cli.ContainerInspect(ctx, s.id)
-	switch {
-	case engine.IsNotFound(err):
-		return stateGone
-	case err != nil:
-		return stateUnknown
-	case info.State == nil || !info.State.Running || info.State.Dead || info.State.Restarting:
-		return stateGone
-	case info.State.Paused:
-		return statePaused
-	}
-	return stateRunning
-}
-
-// goneNow asks the engine whether the container has stopped or gone.
-func (s *Sandbox) goneNow() bool { return s.stateNow() == stateGone }
+// goneNow asks the backend whether the instance has stopped or gone.
+func (s *Sandbox) goneNow() bool { return s.stateNow() == driver.StateGone }
 
 func shortID(id string) string {
 	if len(id) > 12 {
@@ -978,10 +642,10 @@ func shortID(id string) string {
 	return id
 }
 
-// Close stops the sandbox and removes its container, its volume and disk,
-// and everything else it made. Commands still running are killed. Close is
-// idempotent and safe to call on a nil Sandbox; later calls return the
-// first call's result.
+// Close stops the sandbox and removes its instance (container), its
+// volume and disk, and everything else it made. Commands still running
+// are killed. Close is idempotent and safe to call on a nil Sandbox; later
+// calls return the first call's result.
 func (s *Sandbox) Close() error {
 	if s == nil {
 		return nil
@@ -1000,250 +664,40 @@ func (s *Sandbox) Close() error {
 
 // teardown removes whatever create made so far.
 func (s *Sandbox) teardown() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	var errs []error
 	if s.agent != nil {
 		s.agent.Close()
 	}
-	// Without an ID the create may still have happened: remove by name.
-	if target := cmp.Or(s.id, s.name); target != "" {
-		err := engine.RetryBusy(ctx, func() error {
-			return s.cli.ContainerRemove(ctx, target, container.RemoveOptions{Force: true, RemoveVolumes: true})
-		}, engine.IsStopping)
-		if err != nil && !engine.IsGone(err) {
-			s.remember(leftover.Container, target, err)
-			errs = append(errs, fmt.Errorf("sandbox: remove container %s: %w", shortID(target), err))
-		}
-	}
-	if s.attach.Conn != nil {
-		s.attach.Close()
-		<-s.agent.Done()
-	}
-	if err := s.closeNetwork(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if s.volume != "" {
-		if err := removeVolume(ctx, s.cli, s.volume); err != nil {
-			s.remember(leftover.Volume, s.volume, err)
+	if s.inst != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := s.inst.Remove(ctx); err != nil {
 			errs = append(errs, err)
-		}
-	}
-	if len(errs) == 0 && s.cli != nil {
-		// The engine answers: remove what earlier teardowns on it could
-		// not. Not the caller's failure if that fails again.
-		sctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
-		if n, err := sweep(sctx, s.cli, engine.Host(s.cfg.host)); n > 0 || err != nil {
-			s.log.LogAttrs(sctx, slog.LevelInfo, "sandbox.leftovers", slog.String("sandbox", s.id),
-				slog.Int("removed", n), errAttr(err))
 		}
 		cancel()
-	}
-	if s.dev != nil {
-		if err := s.dev.Release(); err != nil {
-			errs = append(errs, err)
+		if s.agent != nil {
+			<-s.agent.Done() // Remove closed the stream
 		}
 	}
-	if s.cli != nil {
-		s.cli.Close()
+	s.closeNetwork()
+	if s.ownDrv {
+		s.drv.Close()
 	}
-	if s.snap != nil {
-		s.snap.release()
+	if s.release != nil {
+		s.release()
 	}
 	return errors.Join(errs...)
 }
 
-// remember records an object whose removal failed because the engine did
-// not answer, for a later teardown on the same engine or Prune to remove
-// (the engine may still carry out a create it did not answer).
-func (s *Sandbox) remember(kind, name string, err error) {
-	if engine.IsUnreachable(err) || errors.Is(err, context.DeadlineExceeded) {
-		leftover.Add(leftover.Object{Host: engine.Host(s.cfg.host), Kind: kind, Name: name})
-	}
-}
-
-// sweep removes the objects remembered on host (see remember), and
-// remembers again those the engine still does not remove. It returns how
-// many it removed.
-func sweep(ctx context.Context, cli engine.API, host string) (int, error) {
-	var n int
-	var errs []error
-	for _, o := range leftover.Take(host) {
-		var err error
-		switch o.Kind {
-		case leftover.Container:
-			err = cli.ContainerRemove(ctx, o.Name, container.RemoveOptions{Force: true, RemoveVolumes: true})
-		case leftover.Network:
-			err = cli.NetworkRemove(ctx, o.Name)
-		case leftover.Volume:
-			err = removeVolume(ctx, cli, o.Name)
-		}
-		switch {
-		case err == nil:
-			n++
-		case engine.IsGone(err):
-		default:
-			leftover.Add(o)
-			errs = append(errs, fmt.Errorf("sandbox: remove %s %s left by an unanswered request: %w", o.Kind, o.Name, err))
-		}
-	}
-	return n, errors.Join(errs...)
-}
-
-// removeVolume removes a volume, waiting for an auto-removed container that
-// still holds it to go away.
-func removeVolume(ctx context.Context, cli engine.API, name string) error {
-	// In use (a conflict): the container is still being removed.
-	err := engine.RetryBusy(ctx, func() error {
-		if err := cli.VolumeRemove(ctx, name, true); err != nil && !engine.IsNotFound(err) {
-			return err
-		}
-		return nil
-	}, engine.IsConflict)
-	if err != nil {
-		return fmt.Errorf("sandbox: remove volume %s: %w", name, err)
-	}
-	return nil
-}
-
 // Prune removes sandboxes, volumes and snapshots that processes on this
-// host left behind when they died without closing them. It never touches
-// objects whose owner still runs (such as another test run beside this one)
-// or that were made on another host. It also removes this process's own
-// objects whose removal failed because the engine did not answer (Close
-// retries those too, on the same engine, once it answers). It returns how
-// many objects it removed. It uses the engine from DOCKER_HOST or the
-// default socket (and, for this process's leftovers, the engine each was
-// made on).
+// host left behind when they died without closing them, on the default
+// driver's engine (DOCKER_HOST or the default socket). It never touches
+// objects whose owner still runs (such as another test run beside this
+// one) or that were made on another host. It also removes this process's
+// own objects whose removal failed because the engine did not answer
+// (Close retries those too, once it answers). It returns how many objects
+// it removed. For a driver of your own, call its Prune.
 func Prune(ctx context.Context) (int, error) {
-	cli, err := connect(ctx, "", DefaultTimeout)
-	if err != nil {
-		return 0, err
-	}
-	defer cli.Close()
-	return prune(ctx, cli, connect, firewall.Prune)
-}
-
-// prune is Prune on the engine cli, connecting to other engines (for this
-// process's leftovers) with dial and removing orphaned firewall rules with
-// fw: the seams its unit tests replace.
-func prune(ctx context.Context, cli engine.API,
-	dial func(ctx context.Context, host string, answer time.Duration) (engine.API, error),
-	fw func(ctx context.Context, exists func(tag string) bool) (int, error)) (int, error) {
-	f := filters.NewArgs(filters.Arg("label", engine.LabelManaged+"=true"))
-	var n int
-	var errs []error
-	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
-	if err != nil {
-		return 0, fmt.Errorf("sandbox: prune: %w", err)
-	}
-	for _, c := range cs {
-		if engine.OwnerDead(c.Labels[engine.LabelOwner]) {
-			err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
-			if err == nil {
-				n++
-			} else if !engine.IsGone(err) {
-				errs = append(errs, err)
-			}
-		}
-	}
-	vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
-	if err != nil {
-		return n, fmt.Errorf("sandbox: prune: %w", err)
-	}
-	for _, v := range vs.Volumes {
-		if engine.OwnerDead(v.Labels[engine.LabelOwner]) {
-			if err := removeVolume(ctx, cli, v.Name); err != nil {
-				errs = append(errs, err)
-			} else {
-				n++
-			}
-		}
-	}
-	nets, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
-	if err != nil {
-		return n, fmt.Errorf("sandbox: prune: %w", err)
-	}
-	for _, nw := range nets {
-		if engine.OwnerDead(nw.Labels[engine.LabelOwner]) {
-			if err := cli.NetworkRemove(ctx, nw.ID); err == nil {
-				n++
-			} else if !engine.IsNotFound(err) {
-				errs = append(errs, err)
-			}
-		}
-	}
-	// Firewall rules of networks that no longer exist. Each network is
-	// looked up after its rules were listed: a sandbox being created now
-	// makes its network before its rules, so they are never taken for
-	// orphans (as they would be against a network list taken earlier).
-	k, _ := fw(ctx, func(tag string) bool {
-		_, err := cli.NetworkInspect(ctx, tag, network.InspectOptions{})
-		return !engine.IsNotFound(err)
-	})
-	n += k
-	// This process's own objects whose removal the engine did not answer.
-	// An engine that still does not answer keeps them for a later try; that
-	// is not this Prune's failure.
-	for _, host := range leftover.Hosts() {
-		hcli := cli
-		if host != engine.Host("") {
-			var err error
-			if hcli, err = dial(ctx, host, DefaultTimeout); err != nil {
-				continue
-			}
-		}
-		k, err := sweep(ctx, hcli, host)
-		n += k
-		if err != nil && !engine.IsUnreachable(err) {
-			errs = append(errs, err)
-		}
-		if hcli != cli {
-			hcli.Close()
-		}
-	}
-	is, err := cli.ImageList(ctx, image.ListOptions{All: true, Filters: f})
-	if err != nil {
-		return n, fmt.Errorf("sandbox: prune: %w", err)
-	}
-	for _, im := range is {
-		if engine.OwnerDead(im.Labels[engine.LabelOwner]) {
-			_, err := cli.ImageRemove(ctx, im.ID, image.RemoveOptions{PruneChildren: true})
-			if err == nil {
-				n++
-			} else if !engine.IsGone(err) {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return n, errors.Join(errs...)
-}
-
-// readJSONStream drains a pull progress stream and returns its error. It
-// calls step when a layer (or the image, id "") reaches a new status
-// ("Pulling fs layer", "Download complete", ...), not for every byte.
-func readJSONStream(r io.Reader, step func(id, status string)) error {
-	dec := json.NewDecoder(r)
-	last := map[string]string{}
-	for {
-		var m struct {
-			Error  string `json:"error"`
-			ID     string `json:"id"`
-			Status string `json:"status"`
-		}
-		if err := dec.Decode(&m); err == io.EOF {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		if m.Error != "" {
-			return errors.New(m.Error)
-		}
-		if m.Status != "" && last[m.ID] != m.Status && len(last) < 1000 {
-			last[m.ID] = m.Status
-			step(m.ID, m.Status)
-		}
-	}
+	return DefaultDriver.Prune(ctx)
 }
 
 func errAttr(err error) slog.Attr {
@@ -1251,18 +705,4 @@ func errAttr(err error) slog.Attr {
 		return slog.Attr{}
 	}
 	return slog.String("error", err.Error())
-}
-
-// podmanNPROC is the RLIMIT_NPROC a Podman sandbox gets (see
-// podmanUlimits).
-const podmanNPROC = 16384
-
-// podmanUlimits are the limits Podman needs to be given: running as root it
-// raises RLIMIT_NPROC to 4194304 by default (and RLIMIT_NOFILE to 1048576,
-// unless OpenFiles sets it), which a host that caps root's limits refuses
-// ("error setting rlimit"). RLIMIT_NPROC counts a user's processes on the
-// whole host: sandbox users are uids of their own, the agent (root) is
-// exempt, and PIDs stays the sandbox's bound.
-func podmanUlimits() []*container.Ulimit {
-	return []*container.Ulimit{{Name: "nproc", Soft: podmanNPROC, Hard: podmanNPROC}}
 }

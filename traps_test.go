@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/docker"
 )
 
 // TestHostEnvRefused: Env adds to the sandbox's environment, so the os/exec
@@ -41,21 +42,22 @@ func TestHostEnvRefused(t *testing.T) {
 
 // TestNetworkUnsupported: where firewall rules cannot be installed (no
 // root, no iptables), Open fails with ErrNetworkUnsupported; an allow-list
-// needs no host rule and works, and so does the default sandbox. Not
-// parallel: it swaps the library's check.
+// needs no host rule and works, and so does the default sandbox (a driver
+// configured never to install rules stands for the host without them).
 func TestNetworkUnsupported(t *testing.T) {
-	restore := sandbox.SetFirewallSupported(func() error { return errors.New("network policies need root (test)") })
-	defer restore()
+	t.Parallel()
+	d := docker.New(docker.Config{NoFirewall: true})
+	t.Cleanup(func() { d.Close() }) // after the sandboxes' Close
 	ctx := testCtx(t)
-	_, err := sandbox.New(ctx, sandbox.WithImage(busyboxImage), sandbox.WithNetwork(sandbox.NetworkPolicy{Open: true}))
-	if !errors.Is(err, sandbox.ErrNetworkUnsupported) || !strings.Contains(err.Error(), "need root") {
+	_, err := sandbox.New(ctx, sandbox.WithImage(busyboxImage), sandbox.WithDriver(d), sandbox.WithNetwork(sandbox.NetworkPolicy{Open: true}))
+	if !errors.Is(err, sandbox.ErrNetworkUnsupported) || !strings.Contains(err.Error(), "NoFirewall") {
 		t.Fatalf("New with Open where it cannot be set up: %v", err)
 	}
-	sb := newSandbox(t, sandbox.WithNetwork(sandbox.AllowHosts()))
+	sb := newSandbox(t, sandbox.WithDriver(d), sandbox.WithNetwork(sandbox.AllowHosts()))
 	if r := mustExec(t, sb, "echo $HTTP_PROXY"); !strings.HasPrefix(r.Stdout, "http://127.0.0.1:") {
 		t.Errorf("allow-list sandbox without host rules: %q %q", r.Stdout, r.Stderr)
 	}
-	sb = newSandbox(t)
+	sb = newSandbox(t, sandbox.WithDriver(d))
 	if r := mustExec(t, sb, "echo ok"); r.Stdout != "ok\n" {
 		t.Errorf("default sandbox: %q", r.Stdout)
 	}
@@ -114,13 +116,13 @@ func TestDiskLimitEveryUser(t *testing.T) {
 }
 
 // TestDiskWithoutLoop: where loop devices cannot be made, the disk limit
-// is a sized tmpfs: enforced, no error. Not parallel: it swaps the check.
+// is a sized tmpfs: enforced, no error (a driver configured with
+// TmpfsWorkdir stands for the host without them).
 func TestDiskWithoutLoop(t *testing.T) {
-	restore := sandbox.SetDiskSupported(func() error { return errors.New("no CAP_SYS_ADMIN (test)") })
-	defer restore()
+	t.Parallel()
 	var log bytes.Buffer
 	var mu sync.Mutex
-	sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{Disk: 16 << 20}),
+	sb := newSandbox(t, tmpfsDriver(t), sandbox.WithLimits(sandbox.Limits{Disk: 16 << 20}),
 		sandbox.WithLogger(slog.New(slog.NewJSONHandler(lockedWriter{&mu, &log}, nil))))
 	mu.Lock()
 	got := diskOf(t, log.Bytes())
@@ -132,6 +134,14 @@ func TestDiskWithoutLoop(t *testing.T) {
 		t.Errorf("working directory size %q KiB, want 16384", r.Stdout)
 	}
 	checkDiskLimit(t, sb)
+}
+
+// tmpfsDriver is WithDriver of a Docker driver that makes no loop
+// devices, closed at the end of the test.
+func tmpfsDriver(t *testing.T) sandbox.Option {
+	d := docker.New(docker.Config{TmpfsWorkdir: true})
+	t.Cleanup(func() { d.Close() })
+	return sandbox.WithDriver(d)
 }
 
 type lockedWriter struct {
@@ -150,13 +160,12 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 // fit in the default Memory (512 MiB) beside /tmp, /dev/shm and the
 // processes' reserve, with a record saying so; filling it fails with
 // ENOSPC and the sandbox lives on. An explicit Disk that cannot fit is
-// refused, naming what to change. Not parallel: it swaps the check.
+// refused, naming what to change.
 func TestDiskTmpfsFitsMemory(t *testing.T) {
-	restore := sandbox.SetDiskSupported(func() error { return errors.New("no CAP_SYS_ADMIN (test)") })
-	defer restore()
+	t.Parallel()
 	var log bytes.Buffer
 	var mu sync.Mutex
-	sb := newPython(t, sandbox.WithLogger(slog.New(slog.NewJSONHandler(lockedWriter{&mu, &log}, nil))))
+	sb := newPython(t, tmpfsDriver(t), sandbox.WithLogger(slog.New(slog.NewJSONHandler(lockedWriter{&mu, &log}, nil))))
 	mu.Lock()
 	logged := log.String()
 	mu.Unlock()
@@ -174,7 +183,7 @@ func TestDiskTmpfsFitsMemory(t *testing.T) {
 	assertAlive(t, sb)
 	mustExec(t, sb, "rm a b")
 
-	_, err := sandbox.New(testCtx(t), sandbox.WithImage(busyboxImage),
+	_, err := sandbox.New(testCtx(t), sandbox.WithImage(busyboxImage), tmpfsDriver(t),
 		sandbox.WithLimits(sandbox.Limits{Memory: 256 << 20, Disk: 1 << 30}))
 	if err == nil || !strings.Contains(err.Error(), "does not fit in Limits.Memory") || !strings.Contains(err.Error(), "raise Memory to at least") {
 		t.Errorf("an explicit 1 GiB tmpfs disk in 256 MiB: %v; want a refusal naming what to change", err)
@@ -182,7 +191,7 @@ func TestDiskTmpfsFitsMemory(t *testing.T) {
 
 	// Only Memory given, too small even for the default /tmp and /dev/shm:
 	// all three defaults shrink (96 MiB past the reserve, split 2:1:1).
-	small := newSandbox(t, sandbox.WithLimits(sandbox.Limits{Memory: 128 << 20}))
+	small := newSandbox(t, tmpfsDriver(t), sandbox.WithLimits(sandbox.Limits{Memory: 128 << 20}))
 	r = mustExec(t, small, `for d in . /tmp /dev/shm; do df -k $d | awk 'NR==2 {print $2}'; done`)
 	if r.Stdout != "49152\n24576\n24576\n" {
 		t.Errorf("working directory, /tmp and /dev/shm in KiB with Memory 128 MiB: %q, want 49152, 24576, 24576", r.Stdout)

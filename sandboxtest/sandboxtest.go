@@ -64,6 +64,7 @@ func New(t testing.TB, opts ...sandbox.Option) *sandbox.Sandbox {
 func Main(m *testing.M) int {
 	before := goleak.IgnoreCurrent()
 	code := m.Run()
+	CloseIdleConnections()
 	if err := Left(15 * time.Second); err != nil {
 		fmt.Fprintln(os.Stderr, "sandboxtest:", err)
 		return 1
@@ -73,6 +74,15 @@ func Main(m *testing.M) int {
 		return 1
 	}
 	return code
+}
+
+// CloseIdleConnections closes the connections of sandbox.DefaultDriver
+// that no request uses now (they are kept for the next sandbox, and would
+// look like goroutines left behind).
+func CloseIdleConnections() {
+	if d, ok := sandbox.DefaultDriver.(interface{ CloseIdleConnections() }); ok {
+		d.CloseIdleConnections()
+	}
 }
 
 // Left waits up to wait for the engine to hold no object made by this
@@ -95,7 +105,7 @@ type Object struct {
 // objects of every process that has had that pid since the host booted are
 // listed. The order is by type, then ID.
 func Owned(ctx context.Context, pid int) ([]Object, error) {
-	cli, err := engine.Connect(ctx, "", 30*time.Second)
+	cli, err := engine.Connect(ctx, "", 30*time.Second, "")
 	if err != nil {
 		return nil, fmt.Errorf("%w at %s: %v", sandbox.ErrEngineUnavailable, engine.Host(""), err)
 	}

@@ -18,7 +18,8 @@ import (
 var busyboxImage, pythonImage string
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Images{Busybox: &busyboxImage, Python: &pythonImage}, nil))
+	idle := func(context.Context) (func(), error) { return sandboxtest.CloseIdleConnections, nil }
+	os.Exit(testenv.Main(m, testenv.Images{Busybox: &busyboxImage, Python: &pythonImage}, idle))
 }
 
 // newSandbox returns a sandbox of img closed at the end of the test.

@@ -43,12 +43,10 @@ func Host(host string) string {
 	return client.DefaultDockerHost
 }
 
-var versions sync.Map // engine address -> negotiated API version
-
 // Connect returns a client for the engine at host ("" means DOCKER_HOST or
 // the default socket; TLS settings come from DOCKER_CERT_PATH and
-// DOCKER_TLS_VERIFY as with the docker CLI). The API version is negotiated
-// once per address and reused, so later connections cost no round trip.
+// DOCKER_TLS_VERIFY as with the docker CLI). With version "" the API
+// version is negotiated (one round trip); otherwise version is used as is.
 // The error is the engine's own; callers decide how to present it.
 //
 // Every request of the client must see the start of the engine's answer
@@ -56,15 +54,17 @@ var versions sync.Map // engine address -> negotiated API version
 // answering fails the request (IsUnreachable) instead of holding it
 // forever. Request and response bodies are not covered (bound them with the
 // request's context and IdleBounded), nor are hijacked streams (bound their
-// set-up with Attach).
-func Connect(ctx context.Context, host string, answer time.Duration) (*client.Client, error) {
+// set-up with Attach). The client keeps up to 64 idle connections, so that
+// many sandboxes sharing it do not dial for every request.
+func Connect(ctx context.Context, host string, answer time.Duration, version string) (*Client, error) {
 	addr := Host(host)
 	// The client configures this transport for the host (socket dialer,
 	// TLS) and keeps it as its base transport.
-	hc := &http.Client{Transport: &http.Transport{ResponseHeaderTimeout: answer}}
+	tr := &http.Transport{ResponseHeaderTimeout: answer, MaxIdleConnsPerHost: 64}
+	hc := &http.Client{Transport: tr}
 	opts := []client.Opt{client.WithHTTPClient(hc), client.FromEnv, client.WithHost(addr)}
-	if v, ok := versions.Load(addr); ok {
-		opts = append(opts, client.WithVersion(v.(string)))
+	if version != "" {
+		opts = append(opts, client.WithVersion(version))
 	} else {
 		opts = append(opts, client.WithAPIVersionNegotiation())
 	}
@@ -76,16 +76,30 @@ func Connect(ctx context.Context, host string, answer time.Duration) (*client.Cl
 	// it sends through so that the transport's timeout is told apart from
 	// the request's own deadline.
 	hc.Transport = answerBound{rt: hc.Transport, answer: answer}
-	if _, ok := versions.Load(addr); !ok {
+	if version == "" {
 		ping, err := cli.Ping(ctx)
 		if err != nil {
 			cli.Close()
 			return nil, err
 		}
 		cli.NegotiateAPIVersionPing(ping)
-		versions.Store(addr, cli.ClientVersion())
 	}
-	return cli, nil
+	return &Client{Client: cli, tr: tr}, nil
+}
+
+// Client is a client from Connect.
+type Client struct {
+	*client.Client
+	tr *http.Transport
+}
+
+// CloseIdleConnections closes the connections that no request uses now.
+func (c *Client) CloseIdleConnections() { c.tr.CloseIdleConnections() }
+
+// Close closes the client's idle connections; it is not used after.
+func (c *Client) Close() error {
+	c.tr.CloseIdleConnections()
+	return c.Client.Close()
 }
 
 // answerBound turns the transport's "timeout awaiting response headers"

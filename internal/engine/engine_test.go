@@ -72,7 +72,7 @@ func TestConnectNoAnswer(t *testing.T) {
 	host := "tcp://" + ln.Addr().String()
 
 	start := time.Now()
-	_, err = Connect(context.Background(), host, 200*time.Millisecond)
+	_, err = Connect(context.Background(), host, 200*time.Millisecond, "")
 	t.Logf("Connect gave up after %v: %v", time.Since(start), err)
 	if !errors.Is(err, ErrNoAnswer) || errors.Is(err, context.DeadlineExceeded) || !IsTimeout(err) || !IsUnreachable(err) {
 		t.Errorf("Connect to a silent engine: %v; want ErrNoAnswer, not context.DeadlineExceeded", err)
@@ -80,7 +80,7 @@ func TestConnectNoAnswer(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_, err = Connect(ctx, host, time.Hour)
+	_, err = Connect(ctx, host, time.Hour, "")
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrNoAnswer) {
 		t.Errorf("Connect with the caller's deadline passing first: %v; want context.DeadlineExceeded", err)
 	}

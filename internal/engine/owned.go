@@ -131,7 +131,7 @@ func Left(wait time.Duration) error {
 
 // ownedHere lists this process's objects on the engine DOCKER_HOST names.
 func ownedHere(ctx context.Context) ([]Object, error) {
-	cli, err := Connect(ctx, "", 30*time.Second)
+	cli, err := Connect(ctx, "", 30*time.Second, "")
 	if err != nil {
 		return nil, err
 	}

@@ -23,8 +23,9 @@ type Images struct {
 	Python  *string // SANDBOX_IMAGE, or the project's Debian + python3 image
 }
 
-// Main builds the images, runs setup (if not nil), runs the tests, and
-// checks for leaks. Use it as os.Exit(testenv.Main(m, images, nil)).
+// Main builds the images, runs setup (if not nil), runs the tests, runs
+// the cleanup setup returned, and checks for leaks. Use it as
+// os.Exit(testenv.Main(m, images, nil)).
 //
 // Without a reachable engine, outside CI, it runs the tests as they are:
 // the unit tests of pure logic need no engine, and those that do fail
@@ -58,20 +59,22 @@ func Main(m *testing.M, imgs Images, setup func(ctx context.Context) (cleanup fu
 			return 1
 		}
 	}
+	cleanup := func() {}
 	if setup != nil {
-		cleanup, err := setup(ctx)
+		c, err := setup(ctx)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "test setup:", err)
 			return 1
 		}
-		if cleanup != nil {
-			defer cleanup()
+		if c != nil {
+			cleanup = c
 		}
 	}
 	// What sandboxtest.Main checks (which this package cannot import: the
 	// library's internal packages use it too).
 	before := goleak.IgnoreCurrent()
 	code := m.Run()
+	cleanup()
 	if err := engine.Left(15 * time.Second); err != nil {
 		fmt.Fprintln(os.Stderr, "leak check:", err)
 		return 1
@@ -87,7 +90,7 @@ func Main(m *testing.M, imgs Images, setup func(ctx context.Context) (cleanup fu
 func ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cli, err := engine.Connect(ctx, "", 10*time.Second)
+	cli, err := engine.Connect(ctx, "", 10*time.Second, "")
 	if err != nil {
 		return err
 	}
@@ -111,7 +114,7 @@ func (o Objects) String() string {
 // and images labelled with this process as owner, on the engine the
 // environment (DOCKER_HOST) names.
 func OwnedObjects(ctx context.Context) (Objects, error) {
-	cli, err := engine.Connect(ctx, "", 30*time.Second)
+	cli, err := engine.Connect(ctx, "", 30*time.Second, "")
 	if err != nil {
 		return Objects{}, err
 	}

@@ -1,0 +1,235 @@
+// Package driver defines the interface a backend implements to run the
+// sandbox package's sandboxes on an engine: Docker (package docker, the
+// default), Podman through Docker's API, Kubernetes.
+//
+// It is for backend authors, in the manner of database/sql/driver: users
+// of the sandbox package pick a backend (sandbox.WithDriver) and never
+// call it themselves. The semantics — commands and their kill, files,
+// interpreters, limits as seen from inside, network policies, what a
+// snapshot holds — live in the sandbox package and in its agent, the
+// library's program that is every instance's main process. A backend does
+// what only the engine can: make an instance from a Spec with the agent as
+// its main process and hand over the agent's stream, say what state the
+// instance is in, remove it and everything made for it, and find what dead
+// owners left behind (Prune).
+//
+// Optional capabilities are interfaces a Driver or Instance may also
+// implement (Snapshotter, OOMReporter); the sandbox package discovers them
+// at run time and returns an error wrapping ErrUnsupported when one is
+// absent.
+//
+// A backend returns errors that wrap this package's sentinels where they
+// apply (ErrUnavailable, ErrUnresponsive, ErrImageNotFound, ErrGone,
+// ErrNetworkUnsupported, ErrTooLarge): the sandbox package's errors of the
+// same meaning are these values, so callers test for them with errors.Is
+// whatever the backend.
+//
+// The conformance suite in package sandboxtest states the semantics as
+// tests a backend must pass.
+package driver
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+)
+
+// Driver is a backend: a connection to one engine and what the backend
+// caches about it. It must be safe for concurrent use; one Driver serves
+// any number of instances.
+type Driver interface {
+	// Caps says what the backend's instances are like (see Caps). It may
+	// ask the engine once and remember the answer.
+	Caps(ctx context.Context) (Caps, error)
+
+	// Create makes and starts an instance whose main process is the agent
+	// (see Spec), and returns it with the agent's stream attached. On
+	// failure nothing it made is left behind (or, if the engine did not
+	// answer, it is remembered and removed later: see Prune).
+	Create(ctx context.Context, spec *Spec) (Instance, error)
+
+	// Prune removes what processes on this host that have died left
+	// behind on the engine (instances, volumes, networks, snapshots), and
+	// what this Driver could not remove earlier because the engine did
+	// not answer. It never touches what a live process owns. It returns
+	// how many objects it removed.
+	Prune(ctx context.Context) (int, error)
+
+	// Close releases the connection. Instances already made keep running
+	// until removed; a Driver is not used after Close.
+	Close() error
+}
+
+// Caps are what a backend's instances are like.
+type Caps struct {
+	// DiskFS is the file system of a working directory with a size limit
+	// (Resources.Disk > 0): "tmpfs" is memory, its files counted towards
+	// Resources.Memory, so the sandbox package fits it in Memory beside
+	// /tmp and /dev/shm; another name ("ext4") is a disk of its own.
+	DiskFS string
+}
+
+// Spec is what an instance is made from.
+type Spec struct {
+	// Image is the image the instance runs, as the engine names it.
+	Image string
+	// Snapshot, when not "", is a snapshot (see Snapshotter) the instance
+	// is restored from; a backend that keeps snapshots as images runs it
+	// instead of Image. The sandbox package fills the working directory
+	// from ReadSnapshot after Create.
+	Snapshot string
+	// Pull lets the backend fetch a missing image from its registry;
+	// without it a missing image is an error wrapping ErrImageNotFound.
+	Pull bool
+
+	// Agent are the agent's arguments (after the program's name). The
+	// backend delivers the agent's program, built for the engine's
+	// architecture from this module's internal/agent (the Docker backend
+	// fills a volume with it), and runs it as root, the instance's main
+	// process, with capabilities AgentCaps and no others, no new
+	// privileges, a read-only root file system, its standard input and
+	// output the stream (Instance.Stream), its standard error to Stderr.
+	// The agent ends the instance when its input closes.
+	Agent []string
+	// Stderr receives what the agent writes to its standard error.
+	Stderr io.Writer
+
+	// Workdir is the working directory, an absolute path: a writable
+	// file system of its own, limited by Resources.Disk, empty at start.
+	Workdir string
+	// Env is the environment of the agent, which commands inherit.
+	Env []string
+	// Labels are the user's labels (sandbox.WithLabels); the backend adds
+	// its own marks of the library and the owner.
+	Labels map[string]string
+	// Runtime names an engine runtime (such as "runsc" for gVisor), or "".
+	Runtime string
+	// Resources are the limits to put in force; a field <= 0 means none.
+	Resources Resources
+	// Network is NetworkNone (loopback only) or NetworkOpen.
+	Network Network
+
+	// Log receives the backend's records (an image pull's progress, say).
+	Log *slog.Logger
+	// Timeout bounds each wait the caller's context does not bound: an
+	// engine request, an attach, a transfer that goes quiet.
+	Timeout time.Duration
+}
+
+// AgentCaps are the capabilities the agent holds, and only the agent:
+// commands run as the sandbox user with none and an empty bounding set.
+// KILL to kill commands' processes, SETUID and SETGID to run commands and
+// file operations as the sandbox user, SETPCAP to empty the bounding set,
+// CHOWN to give the working directory to the sandbox user at start.
+var AgentCaps = []string{"KILL", "SETUID", "SETGID", "SETPCAP", "CHOWN"}
+
+// Resources are an instance's limits; a field <= 0 means no limit.
+type Resources struct {
+	CPUs      float64
+	Memory    int64 // bytes, no swap
+	PIDs      int64
+	Disk      int64 // the working directory's size
+	TmpSize   int64 // each of /tmp and /dev/shm, memory
+	FileSize  int64 // RLIMIT_FSIZE
+	OpenFiles int64 // RLIMIT_NOFILE
+	// Lifetime is passed to the agent too, which ends the instance; a
+	// backend with a deadline of its own sets it as well.
+	Lifetime time.Duration
+}
+
+// Network is an instance's network.
+type Network int
+
+const (
+	// NetworkNone is loopback only: no route out.
+	NetworkNone Network = iota
+	// NetworkOpen is full egress, with the host's own services, other
+	// instances and the engine's networks kept out.
+	NetworkOpen
+)
+
+// Instance is a running instance. Its methods are safe for concurrent use.
+type Instance interface {
+	// ID is the engine's name for the instance.
+	ID() string
+	// Stream is the agent's standard input and output.
+	Stream() Stream
+	// State asks the engine what state the instance is in.
+	State(ctx context.Context) State
+	// Remove stops the instance and removes it and everything made for it.
+	// It is called once, also for an instance that has stopped.
+	Remove(ctx context.Context) error
+}
+
+// Stream is the agent's standard input (Write, CloseWrite) and standard
+// output (Read). Read ends (io.EOF or an error) when the agent's output
+// ends: the instance stopped, or the stream was closed.
+type Stream interface {
+	io.Reader
+	io.Writer
+	SetWriteDeadline(t time.Time) error
+	CloseWrite() error
+	Close() error
+}
+
+// State is what state an instance is in.
+type State int
+
+const (
+	StateRunning State = iota
+	StatePaused        // frozen from outside the library (docker pause)
+	StateGone          // stopped, removed, or being removed
+	StateUnknown       // the engine did not say
+)
+
+// OOMReporter is an Instance that can say whether the kernel's OOM killer
+// ended it (its agent, which the OOM killer takes last).
+type OOMReporter interface {
+	OOMKilled(ctx context.Context) bool
+}
+
+// Snapshotter is a Driver that stores snapshots of instances' working
+// directories.
+type Snapshotter interface {
+	// Snapshot saves the working directory of inst, a running instance of
+	// this Driver, and returns the snapshot's ID. The files are consistent:
+	// nothing in the instance runs while they are read.
+	Snapshot(ctx context.Context, inst Instance, req SnapshotRequest) (string, error)
+	// ReadSnapshot returns the snapshot's files, to be restored into
+	// instance into (of this Driver), as a tar stream whose names are
+	// relative to the working directory.
+	ReadSnapshot(ctx context.Context, id string, into Instance, timeout time.Duration) (io.ReadCloser, error)
+	// RemoveSnapshot deletes a snapshot; one that is gone already is not
+	// an error.
+	RemoveSnapshot(ctx context.Context, id string) error
+}
+
+// SnapshotRequest says what Snapshot saves.
+type SnapshotRequest struct {
+	Base     string        // the image the instance was made from
+	Workdir  string        // the working directory
+	MaxBytes int64         // bound on the files' contents (ErrTooLarge); 0 none
+	Timeout  time.Duration // as Spec.Timeout
+}
+
+// Errors a backend wraps. The sandbox package's sentinels of the same
+// meaning are these values.
+var (
+	// ErrUnavailable: the engine could not be reached, or did not answer
+	// in time (then also ErrUnresponsive).
+	ErrUnavailable = errors.New("sandbox: cannot reach the engine")
+	// ErrUnresponsive: something did not answer in time.
+	ErrUnresponsive = errors.New("sandbox: no answer in time")
+	// ErrImageNotFound: the image is not on the engine and was not pulled.
+	ErrImageNotFound = errors.New("sandbox: image not found")
+	// ErrGone: the instance is no longer running.
+	ErrGone = errors.New("sandbox: container is gone")
+	// ErrNetworkUnsupported: the network asked for cannot be set up here.
+	ErrNetworkUnsupported = errors.New("sandbox: network policy not supported here")
+	// ErrTooLarge: a transfer exceeded its bound.
+	ErrTooLarge = errors.New("sandbox: too large")
+	// ErrUnsupported: the backend lacks an optional capability.
+	ErrUnsupported = errors.New("sandbox: not supported by this backend")
+)
