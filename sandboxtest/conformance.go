@@ -43,7 +43,12 @@ import (
 //     engine socket, an agent the sandbox's root cannot kill;
 //   - network: none by default (a host listener unreachable), an
 //     allow-list through the proxy (allowed, refused, the host still
-//     unreachable directly), Expose of a sandbox's port.
+//     unreachable directly), a credential added outside the sandbox
+//     (upstream sees it, the sandbox never does), Expose of a sandbox's
+//     port;
+//   - snapshot and fork: the working directory's files, modes and links in
+//     two forks, each its own; or, for a backend without snapshots, an
+//     error wrapping sandbox.ErrUnsupported.
 //
 // The image needs a POSIX shell with busybox's or coreutils' tools (sh,
 // head, tail, tr, wc, sleep, grep, ln) and, for the network subtests,
@@ -70,7 +75,9 @@ func Conformance(t *testing.T, opts ...sandbox.Option) {
 		{"hardening", c.hardening},
 		{"network/none", c.networkNone},
 		{"network/allowlist", c.allowList},
+		{"network/credentials", c.credentials},
 		{"network/expose", c.expose},
+		{"snapshot", c.snapshot},
 	} {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
@@ -450,6 +457,80 @@ func (c conformance) allowList(t *testing.T) {
 	}
 	if n.Load() != 0 {
 		t.Errorf("the host listener accepted %d connections from the sandbox", n.Load())
+	}
+}
+
+func (c conformance) credentials(t *testing.T) {
+	const secret = "conformance-secret-4711"
+	var seen atomic.Value
+	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Store(r.Header.Get("X-Api-Key"))
+		io.WriteString(w, "upstream")
+	})}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go up.Serve(l)
+	t.Cleanup(func() { up.Close() })
+	sb := c.new(t, sandbox.WithNetwork(sandbox.NetworkPolicy{
+		Allow:       []string{"127.0.0.1/32"},
+		Credentials: []sandbox.Credential{{Host: "127.0.0.1", Header: "X-Api-Key", Value: secret, AllowHTTP: true}},
+	}))
+	if code, body := get(t, sb, "http://"+l.Addr().String()+"/", true); code != 200 || body != "upstream" {
+		t.Errorf("a request to the credential's host: %d %q, want 200 upstream", code, body)
+	}
+	if got, _ := seen.Load().(string); got != secret {
+		t.Errorf("the upstream got X-Api-Key %q, want the credential", got)
+	}
+	// Nowhere in the sandbox: not in the environment of a command or of
+	// the agent, not in a file it can read.
+	r := run(t, sb, `cat /proc/self/environ /proc/1/environ 2>/dev/null | tr '\0' '\n'; grep -rl `+secret+` /tmp /etc "$HOME" 2>/dev/null; echo done`)
+	if strings.Contains(r.Stdout, secret) {
+		t.Errorf("the credential is visible inside the sandbox: %q", r.Stdout)
+	}
+}
+
+func (c conformance) snapshot(t *testing.T) {
+	sb := c.new(t)
+	ctx := ctxFor(t)
+	run(t, sb, `mkdir -p d/e && printf one > d/a && chmod 640 d/a && ln -s a d/link && ln d/a d/hard && printf two > 'new
+line'`)
+	sn, err := sb.Snapshot(ctx)
+	if errors.Is(err, sandbox.ErrUnsupported) {
+		t.Logf("no snapshots on this backend: %v", err)
+		return
+	}
+	if err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	defer func() {
+		if err := sn.Remove(ctxFor(t)); err != nil {
+			t.Errorf("Remove: %v", err)
+		}
+	}()
+	run(t, sb, "printf changed > d/a") // after the snapshot: not in it
+	forks, err := sn.Fork(ctx, 2)
+	if err != nil {
+		t.Fatalf("Fork(2): %v", err)
+	}
+	for _, f := range forks {
+		t.Cleanup(func() { f.Close() })
+	}
+	const want = "one 640 a one two\n"
+	for i, f := range forks {
+		got := run(t, f, `printf '%s %s %s %s %s\n' "$(cat d/a)" "$(stat -c %a d/a)" "$(readlink d/link)" "$(cat d/hard)" "$(cat 'new
+line')"`).Stdout
+		if got != want {
+			t.Errorf("fork %d: %q, want %q", i, got, want)
+		}
+	}
+	run(t, forks[0], "rm d/a")
+	if r := run(t, forks[1], "cat d/a"); r.Stdout != "one" {
+		t.Errorf("a file removed in one fork is gone in the other: %+v", r)
+	}
+	if r := run(t, sb, "cat d/a"); r.Stdout != "changed" {
+		t.Errorf("the source after the snapshot: %q", r.Stdout)
 	}
 }
 
