@@ -307,7 +307,7 @@ func (c *config) backend() (driver.Driver, bool) {
 	switch {
 	case c.driver != nil:
 		return c.driver, false
-	case c.host != "" || c.timeout != DefaultTimeout:
+	case c.host != "":
 		return docker.New(docker.Config{Host: c.host, Timeout: c.timeout}), true
 	}
 	return DefaultDriver, false
