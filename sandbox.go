@@ -282,9 +282,9 @@ func WithHost(dockerHost string) Option {
 
 // WithDriver selects the backend the sandbox runs on: a Docker or Podman
 // engine (package docker), or another implementation of driver.Driver. The
-// default is a Docker driver for the engine DOCKER_HOST names, else the
-// local socket, shared by all sandboxes that are given neither WithDriver
-// nor WithHost. WithDriver takes precedence over WithHost.
+// default is DefaultDriver, shared by all sandboxes given neither
+// WithDriver nor WithHost. WithDriver takes precedence over WithHost. The
+// caller closes the driver, after the sandboxes made with it.
 func WithDriver(d driver.Driver) Option {
 	return func(c *config) error {
 		if d == nil {
