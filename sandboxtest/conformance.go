@@ -11,8 +11,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -38,6 +40,11 @@ import (
 //     writing outside its directory;
 //   - limits: memory (an OOM kill the sandbox survives), processes, file
 //     size, disk;
+//   - open files and CPU limits seen from inside; a Lifetime that ends
+//     the sandbox (ErrSandboxGone, nothing left after Close);
+//   - owner death: a process holding a sandbox is killed, the sandbox ends
+//     by itself and Prune removes the rest (the test binary is run again
+//     as that process, with the same -test.run of the top-level test);
 //   - hardening, seen from inside: a non-root user with no capabilities,
 //     no_new_privs, a seccomp filter, a read-only root file system, no
 //     engine socket, an agent the sandbox's root cannot kill;
@@ -60,6 +67,10 @@ import (
 func Conformance(t *testing.T, opts ...sandbox.Option) {
 	t.Helper()
 	c := conformance{opts: opts}
+	if os.Getenv(ownerEnv) == "1" {
+		c.ownerChild(t) // this process is the owner subtest's helper
+		return
+	}
 	for _, st := range []struct {
 		name string
 		f    func(*testing.T)
@@ -72,6 +83,10 @@ func Conformance(t *testing.T, opts ...sandbox.Option) {
 		{"limits/pids", c.pids},
 		{"limits/filesize", c.fileSize},
 		{"limits/disk", c.disk},
+		{"limits/openfiles", c.openFiles},
+		{"limits/cpu", c.cpu},
+		{"limits/lifetime", c.lifetime},
+		{"owner", c.owner},
 		{"hardening", c.hardening},
 		{"network/none", c.networkNone},
 		{"network/allowlist", c.allowList},
@@ -310,6 +325,123 @@ func (c conformance) disk(t *testing.T) {
 	}
 	if b, err := sb.ReadFile(ctxFor(t), "after"); err != nil || string(b) != "ok\n" {
 		t.Errorf("the disk after it was full and emptied: %q, %v", b, err)
+	}
+}
+
+func (c conformance) openFiles(t *testing.T) {
+	sb := c.new(t, sandbox.WithLimits(sandbox.Limits{OpenFiles: 200}))
+	if r := run(t, sb, "ulimit -n; ulimit -Hn"); r.Stdout != "200\n200\n" {
+		t.Errorf("open files limit seen inside: %q, want 200 soft and hard", r.Stdout)
+	}
+}
+
+func (c conformance) cpu(t *testing.T) {
+	sb := c.new(t, sandbox.WithLimits(sandbox.Limits{CPUs: 0.5}))
+	// cgroup v2's cpu.max, else v1's quota and period.
+	r := run(t, sb, `cat /sys/fs/cgroup/cpu.max 2>/dev/null || echo "$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) $(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us)"`)
+	var quota, period float64
+	if _, err := fmt.Sscan(r.Stdout, &quota, &period); err != nil || period <= 0 || quota/period != 0.5 {
+		t.Errorf("CPU quota seen inside: %q %q, want half the period", r.Stdout, r.Stderr)
+	}
+}
+
+func (c conformance) lifetime(t *testing.T) {
+	sb := c.new(t, sandbox.WithLimits(sandbox.Limits{Lifetime: 2 * time.Second}))
+	id := sb.ID()
+	start := time.Now()
+	var err error
+	for time.Since(start) < time.Minute {
+		if _, err = sb.Exec(ctxFor(t), "sleep 0.2"); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, sandbox.ErrSandboxGone) {
+		t.Fatalf("Exec %v after the start of a sandbox with a Lifetime of 2s: %v, want ErrSandboxGone", time.Since(start), err)
+	}
+	t.Logf("gone %v after its start", time.Since(start).Round(time.Millisecond))
+	if err := sb.Close(); err != nil {
+		t.Errorf("Close after the Lifetime: %v", err)
+	}
+	if ownedHas(t, id) {
+		t.Errorf("the engine still lists sandbox %s after its Lifetime and Close", id)
+	}
+}
+
+// ownerEnv makes Conformance, in a process the owner subtest starts, make
+// a sandbox, print its ID and wait to be killed.
+const ownerEnv = "AGENTSANDBOX_CONFORMANCE_OWNER"
+
+func (c conformance) ownerChild(t *testing.T) {
+	sb, err := sandbox.New(ctxFor(t), c.opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	fmt.Printf("\nagentsandbox-owner-sandbox %s\n", sb.ID())
+	time.Sleep(5 * time.Minute) // until the parent kills this process
+	sb.Close()
+	t.Fatal("the owner subtest did not kill its helper process")
+}
+
+// owner: a process holding a sandbox is killed (SIGKILL, no Close); the
+// sandbox ends by itself, and Prune removes what is left.
+func (c conformance) owner(t *testing.T) {
+	top, _, _ := strings.Cut(t.Name(), "/")
+	cmd := exec.Command(os.Args[0], "-test.run=^"+regexp.QuoteMeta(top)+"$", "-test.count=1", "-test.timeout=10m")
+	cmd.Env = append(os.Environ(), ownerEnv+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	ids := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if id, ok := strings.CutPrefix(sc.Text(), "agentsandbox-owner-sandbox "); ok {
+				ids <- id
+			}
+		}
+		close(ids)
+		io.Copy(io.Discard, out)
+	}()
+	var id string
+	select {
+	case id = <-ids:
+	case <-time.After(3 * time.Minute):
+	}
+	if id == "" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("the helper process made no sandbox: %s", stderr.String())
+	}
+	pid := cmd.Process.Pid
+	cmd.Process.Kill()
+	cmd.Wait()
+	ctx := ctxFor(t)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		objs, err := Owned(ctx, pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(objs, func(o Object) bool { return o.ID == id }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s still listed a minute after its owner was killed: %v", id, objs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := sandbox.Prune(ctx); err != nil {
+		t.Errorf("Prune: %v", err)
+	}
+	if objs, err := Owned(ctx, pid); err != nil || len(objs) != 0 {
+		t.Errorf("objects of the killed owner after Prune: %v, %v", objs, err)
 	}
 }
 
