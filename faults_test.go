@@ -1155,3 +1155,73 @@ func trimVersion(p string) string {
 	}
 	return strings.Join(parts, "/")
 }
+
+// TestDriverSharesConnection: the sandboxes of one driver share its
+// connection and what it learned of the engine. Through a proxy that sees
+// every request, five sandboxes made one after another with one driver
+// negotiate the API version once, ask the engine's version once and check
+// the agent's volume once, and their requests (attach streams aside) ride
+// on few connections, kept alive between sandboxes.
+func TestDriverSharesConnection(t *testing.T) {
+	t.Parallel()
+	p := startFaultProxy(t)
+	d := docker.New(docker.Config{Host: "unix://" + p.Path, AgentVolume: "agentsandbox-agent-test-" + randomHex(4)})
+	t.Cleanup(func() { d.Close() })
+	var mu sync.Mutex
+	count := map[string]int{}
+	conns := map[int]bool{}
+	p.OnRequest(func(r faultproxy.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case strings.Contains(r.Path, "/_ping"):
+			count["ping"]++
+		case strings.HasSuffix(r.Path, "/version"):
+			count["version"]++
+		case strings.Contains(r.Path, "/containers/create?name=agentsandbox-agentfill"):
+			count["agent volume check"]++
+		}
+		if !strings.Contains(r.Path, "/attach") {
+			conns[r.Conn] = true
+		}
+	})
+	cli := engineClient(t)
+	var volume string
+	for i := range 5 {
+		sb, err := sandbox.New(testCtx(t), sandbox.WithImage(busyboxImage), sandbox.WithDriver(d), sandbox.WithLimits(sandbox.Limits{Disk: -1}))
+		if err != nil {
+			t.Fatalf("New %d: %v", i, err)
+		}
+		if r := mustExec(t, sb, "echo ok"); r.Stdout != "ok\n" {
+			t.Errorf("Exec in sandbox %d: %q", i, r.Stdout)
+		}
+		if volume == "" {
+			info, err := cli.ContainerInspect(testCtx(t), sb.ID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range info.Mounts {
+				if m.Destination == "/.sandbox-agent" {
+					volume = m.Name
+				}
+			}
+		}
+		if err := sb.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if volume != "" {
+		cli.VolumeRemove(context.Background(), volume, true)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, what := range []string{"ping", "version", "agent volume check"} {
+		if count[what] != 1 {
+			t.Errorf("%s: %d requests for 5 sandboxes of one driver, want 1", what, count[what])
+		}
+	}
+	if len(conns) > 3 {
+		t.Errorf("5 sandboxes made one after another used %d connections for their requests, want at most 3 (kept alive)", len(conns))
+	}
+	t.Logf("requests %v on %d connections (attach streams aside)", count, len(conns))
+}
