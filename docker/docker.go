@@ -110,7 +110,8 @@ func newWithAPI(cli engine.API, cfg Config) *Driver {
 	return d
 }
 
-// Host is the engine's address.
+// Host is the engine's address: Config.Host, else DOCKER_HOST as it is
+// now, else the default socket.
 func (d *Driver) Host() string { return engine.Host(d.cfg.Host) }
 
 // client returns the connection, made on first use.

@@ -25,8 +25,8 @@ const snapshotDir = "/.agentsandbox/workdir"
 const commitTimeout = 5 * time.Minute
 
 // Snapshot pauses the sandbox's container while its working directory is
-// copied into snapshotDir of a never-started container of req.Base, and
-// commits that container: the snapshot is an image (base + one layer)
+// copied into /.agentsandbox/workdir of a never-started container of
+// req.Base, and commits that container: the snapshot is an image (base + one layer)
 // that outlives the process, carries the library's labels, and can be
 // tagged and pushed.
 func (d *Driver) Snapshot(ctx context.Context, inst driver.Instance, req driver.SnapshotRequest) (string, error) {
