@@ -484,24 +484,61 @@ func BenchmarkSnapshot(b *testing.B) {
 			b.StartTimer()
 		}
 	})
-	b.Run("impl=library", func(b *testing.B) {
-		sb := newSandbox(b)
-		ctx := b.Context()
-		if err := sb.WriteFile(ctx, "payload", benchPayload, 0o644); err != nil {
-			b.Fatal(err)
+	for _, image := range []bool{false, true} {
+		name := "impl=library"
+		if image {
+			name = "impl=library-image" // and its image on the engine (Snapshot.Image)
 		}
-		for b.Loop() {
-			sn, err := sb.Snapshot(ctx)
-			if err != nil {
+		b.Run(name, func(b *testing.B) {
+			sb := newSandbox(b)
+			ctx := b.Context()
+			if err := sb.WriteFile(ctx, "payload", benchPayload, 0o644); err != nil {
 				b.Fatal(err)
 			}
-			b.StopTimer()
-			if err := sn.Remove(ctx); err != nil {
-				b.Fatal(err)
+			for b.Loop() {
+				sn, err := sb.Snapshot(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if image {
+					if _, err := sn.Image(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				if err := sn.Remove(ctx); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
 			}
-			b.StartTimer()
+		})
+	}
+}
+
+// benchPool returns a pool of n busybox sandboxes (the settings of
+// benchSnapshot's source), full, closed when the benchmark ends.
+func benchPool(b *testing.B, n int, opts ...sandbox.Option) *sandbox.Pool {
+	b.Helper()
+	p, err := sandbox.NewPool(b.Context(), n, append([]sandbox.Option{sandbox.WithImage(busyboxImage)}, opts...)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Close() })
+	waitPool(b, p, n)
+	return p
+}
+
+// waitPool waits until p holds n ready sandboxes (outside the timed part:
+// a warm pool is the premise of what is measured).
+func waitPool(b *testing.B, p *sandbox.Pool, n int) {
+	b.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for st := p.Stats(); st.Ready < n; st = p.Stats() {
+		if time.Now().After(deadline) {
+			b.Fatalf("the pool did not fill: %+v", st)
 		}
-	})
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // BenchmarkFork8 measures starting eight sandboxes: Fork(8) of a snapshot
@@ -562,6 +599,21 @@ func BenchmarkFork8(b *testing.B) {
 			b.StartTimer()
 		}
 	})
+	b.Run("impl=library-fork8-pool", func(b *testing.B) {
+		sn := benchSnapshot(b)
+		pool := benchPool(b, n)
+		ctx := b.Context()
+		for b.Loop() {
+			sbs, err := sn.Fork(ctx, n, sandbox.WithPool(pool))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			closeAll(b, sbs)
+			waitPool(b, pool, n)
+			b.StartTimer()
+		}
+	})
 }
 
 // BenchmarkRestoreExec measures a sandbox's first command: restoring one
@@ -615,6 +667,98 @@ func BenchmarkRestoreExec(b *testing.B) {
 			b.StartTimer()
 		}
 	})
+	b.Run("impl=library-restore-pool", func(b *testing.B) {
+		sn := benchSnapshot(b)
+		pool := benchPool(b, 1)
+		ctx := b.Context()
+		for b.Loop() {
+			sb, err := sn.New(ctx, sandbox.WithPool(pool))
+			if err != nil {
+				b.Fatal(err)
+			}
+			mustTrue(b, ctx, sb)
+			b.StopTimer()
+			closeAll(b, []*sandbox.Sandbox{sb})
+			waitPool(b, pool, 1)
+			b.StartTimer()
+		}
+	})
+}
+
+// BenchmarkSnapshotSize measures how snapshots grow with the working
+// directory (one file of random bytes, 1, 16 and 256 MiB), in MB/s of
+// the file: taking a snapshot, restoring it into a warm pool's sandbox,
+// and the floor, cat of the same file through a command's output stream
+// (what any copy out of the sandbox through its agent costs).
+func BenchmarkSnapshotSize(b *testing.B) {
+	for _, mib := range []int{1, 16, 256} {
+		size := int64(mib) << 20
+		limits := sandbox.WithLimits(sandbox.Limits{Disk: 4 * size})
+		source := func(b *testing.B) *sandbox.Sandbox {
+			sb := newSandbox(b, limits)
+			cmd := fmt.Sprintf("head -c %d /dev/urandom > payload", size)
+			if r, err := sb.Exec(b.Context(), cmd); err != nil || r.ExitCode != 0 {
+				b.Fatalf("%s: %v %+v", cmd, err, r)
+			}
+			return sb
+		}
+		b.Run(fmt.Sprintf("size=%dMiB/impl=floor-cat", mib), func(b *testing.B) {
+			sb := source(b)
+			ctx := b.Context()
+			b.SetBytes(size)
+			for b.Loop() {
+				var n countBytes
+				cmd := sb.Command(ctx, "cat", "payload")
+				cmd.Stdout = &n
+				if err := cmd.Run(); err != nil || int64(n) != size {
+					b.Fatalf("cat: %v, %d bytes", err, n)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("size=%dMiB/impl=library-snapshot", mib), func(b *testing.B) {
+			sb := source(b)
+			ctx := b.Context()
+			b.SetBytes(size)
+			for b.Loop() {
+				sn, err := sb.Snapshot(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				sn.Remove(ctx)
+				b.StartTimer()
+			}
+		})
+		b.Run(fmt.Sprintf("size=%dMiB/impl=library-restore-pool", mib), func(b *testing.B) {
+			sb := source(b)
+			ctx := b.Context()
+			sn, err := sb.Snapshot(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { sn.Remove(context.Background()) })
+			pool := benchPool(b, 1, limits)
+			b.SetBytes(size)
+			for b.Loop() {
+				r, err := sn.New(ctx, sandbox.WithPool(pool))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				closeAll(b, []*sandbox.Sandbox{r})
+				waitPool(b, pool, 1)
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+// countBytes counts what is written to it.
+type countBytes int64
+
+func (c *countBytes) Write(p []byte) (int, error) {
+	*c += countBytes(len(p))
+	return len(p), nil
 }
 
 // BenchmarkPythonRun measures one round trip of Python code: "1+1" and its

@@ -122,7 +122,8 @@
 //	defer d.Close()
 //	sb, err := sandbox.New(ctx, sandbox.WithDriver(d))
 //
-// Capabilities a backend may lack (snapshots) fail with ErrUnsupported.
+// Capabilities a backend may lack (a snapshot's engine image) fail with
+// ErrUnsupported.
 // Package sandboxtest's Conformance states the semantics as tests any
 // backend, image or engine must pass.
 //
@@ -131,8 +132,11 @@
 // WithNetwork opts into an allow-list behind an in-process egress proxy,
 // with credentials injected outside the sandbox, reached through the
 // sandbox's agent while the sandbox itself has no network; Expose serves a
-// port of the sandbox on the host's loopback, whatever the policy. Snapshot saves the working directory
-// and settings; Snapshot.New and Snapshot.Fork start sandboxes from it. The
+// port of the sandbox on the host's loopback, whatever the policy. Snapshot
+// saves the working directory (its processes stopped meanwhile by the
+// agent, on any backend) and settings in the library's process;
+// Snapshot.New and Snapshot.Fork start sandboxes from it, or with WithPool
+// fill a Pool's started sandboxes. The
 // tools sub-package turns a sandbox into function-calling tools for a
 // language model.
 package sandbox

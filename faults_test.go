@@ -337,18 +337,14 @@ var containerFaults = []fault{
 
 // checkFaultErr checks the error of a call made after (or while) fault f
 // hit the sandbox: ErrSandboxGone for a gone container; for a paused one,
-// an error that says so (mentions "paused", or ErrUnresponsive) — or
-// success, where successOK (a snapshot's copy goes through the engine's
-// archive API, which works on a paused container).
-func checkFaultErr(t testing.TB, f fault, op string, err error, successOK bool) {
+// an error that says so (mentions "paused", or ErrUnresponsive).
+func checkFaultErr(t testing.TB, f fault, op string, err error) {
 	t.Helper()
 	switch {
 	case f.gone && !errors.Is(err, sandbox.ErrSandboxGone):
 		t.Errorf("WRONG ERROR: %s after %s: %v; want ErrSandboxGone", op, f.name, err)
-	case !f.gone && err == nil && !successOK:
-		t.Errorf("WRONG ERROR: %s on a paused sandbox succeeded", op)
 	case !f.gone && err == nil:
-		t.Logf("%s on a paused sandbox succeeded (the archive API needs no process)", op)
+		t.Errorf("WRONG ERROR: %s on a paused sandbox succeeded", op)
 	case !f.gone && !errors.Is(err, sandbox.ErrUnresponsive) && !strings.Contains(strings.ToLower(err.Error()), "paused"):
 		t.Errorf("WRONG ERROR: %s on a paused sandbox: %v; want an error mentioning \"paused\" or ErrUnresponsive", op, err)
 	}
@@ -393,15 +389,7 @@ var faultOps = []fileOp{
 		defer os.RemoveAll(dir)
 		return sb.CopyOut(ctx, "f", dir)
 	}},
-	{name: "Snapshot", method: "POST", suffix: "/pause", call: func(ctx context.Context, sb *sandbox.Sandbox) error {
-		sn, err := sb.Snapshot(ctx)
-		if err == nil {
-			sn.Remove(context.Background())
-			return fmt.Errorf("snapshot %s made (%w)", shortID(sn.ID()), errNoError)
-		}
-		return err
-	}},
-	{name: "Snapshot/copying", method: "GET", suffix: "/archive", call: func(ctx context.Context, sb *sandbox.Sandbox) error {
+	{name: "Snapshot", call: func(ctx context.Context, sb *sandbox.Sandbox) error {
 		sn, err := sb.Snapshot(ctx)
 		if err == nil {
 			sn.Remove(context.Background())
@@ -447,9 +435,6 @@ func TestFaultContainerBehindOurBack(t *testing.T) {
 	for _, f := range containerFaults {
 		for _, op := range faultOps {
 			for _, when := range []string{"before", "during"} {
-				if f.name == "pause" && op.name == "Snapshot/copying" {
-					continue // the snapshot itself pauses the container there
-				}
 				if when == "during" && op.method == "" {
 					// No engine request: commands and file operations go to
 					// the sandbox's agent over its attach stream
@@ -511,16 +496,14 @@ func faultCase(t *testing.T, cli *client.Client, p *faultproxy.Proxy, f fault, o
 		// and what it returns is what the files held.
 		t.Logf("%s during %s read the files of the stopped container", op.name, f.name)
 	} else {
-		// A snapshot's copy is an archive download from the container,
-		// which the engine serves from a paused one.
-		checkFaultErr(t, f, op.name, err, when == "during" && op.suffix == "/archive")
+		checkFaultErr(t, f, op.name, err)
 	}
 	// The next call says the same.
 	_, err = timed(t, "next Exec", hangGuard, func() error {
 		_, err := sb.Exec(context.Background(), "true")
 		return err
 	})
-	checkFaultErr(t, f, "next Exec", err, false)
+	checkFaultErr(t, f, "next Exec", err)
 	_, err = timed(t, "Close", hangGuard, sb.Close)
 	closed = true
 	if err != nil {
@@ -599,7 +582,7 @@ func TestFaultForkFromKilledSource(t *testing.T) {
 		fk.Close()
 	}
 	_, err = timed(t, "source Exec", hangGuard, func() error { _, err := src.Exec(context.Background(), "true"); return err })
-	checkFaultErr(t, containerFaults[0], "source Exec", err, false)
+	checkFaultErr(t, containerFaults[0], "source Exec", err)
 	src.Close()
 	if err := sn.Remove(testCtx(t)); err != nil {
 		t.Errorf("Remove snapshot: %v", err)
@@ -608,74 +591,78 @@ func TestFaultForkFromKilledSource(t *testing.T) {
 }
 
 // TestFaultForkKilledWhileForking: one of the new sandboxes is killed,
-// removed or paused while Fork restores the snapshot's files into it (when
-// the restore's helper container is created). Fork fails naming the fork (ErrSandboxGone
-// for kill/remove) or, for pause, at least returns; nothing is left.
+// removed or paused as soon as it runs, while Fork starts its agent or
+// restores the snapshot's 32 MiB into it. Fork fails naming the fork
+// (ErrSandboxGone for kill/remove) or, for pause, at least returns;
+// nothing is left.
 func TestFaultForkKilledWhileForking(t *testing.T) {
 	cli := engineClient(t)
 	settleAtEnd(t, cli)
-	p := startFaultProxy(t)
 	// A bound long enough for a loaded engine to start the forks.
-	src := newFaultSandbox(t, viaProxy(p), sandbox.WithTestTimeout(sandboxBound))
+	src := newFaultSandbox(t, sandbox.WithTestTimeout(sandboxBound))
 	defer src.Close()
-	if err := src.WriteFile(testCtx(t), "f", []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
+	if r, err := src.Exec(testCtx(t), "head -c 33554432 /dev/urandom > f"); err != nil || r.ExitCode != 0 {
+		t.Fatalf("fill: %v %+v", err, r)
 	}
 	sn, err := src.Snapshot(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sn.Remove(context.Background())
+	forksOf := filters.NewArgs(filters.Arg("label", sandbox.LabelSnapshot+"="+sn.ID()), filters.Arg("status", "running"))
 	for _, f := range containerFaults {
 		t.Run(f.name, func(t *testing.T) {
 			before := takeInventory(t, cli)
-			var victim atomic.Value
-			p.OnRequest(func(r faultproxy.Request) {
-				// The restore starts by creating a helper named after the
-				// fork it fills ("NAME-restore").
-				_, query, _ := strings.Cut(r.Path, "?name=")
-				name, ok := strings.CutSuffix(query, "-restore")
-				if r.Method != "POST" || !strings.Contains(r.Path, "/containers/create") || !ok || victim.Load() != nil {
-					return
-				}
-				info, err := cli.ContainerInspect(context.Background(), name)
-				if err != nil {
-					t.Errorf("inspect fork %s: %v", name, err)
-					return
-				}
-				victim.Store(info.ID)
-				if err := f.apply(context.Background(), cli, info.ID); err != nil {
-					t.Errorf("%s %s: %v", f.name, shortID(info.ID), err)
-				}
-			})
-			defer p.OnRequest(nil)
 			var forks []*sandbox.Sandbox
-			var err error
+			var victim string
 			for try := 1; ; try++ {
+				wctx, stop := context.WithCancel(context.Background())
+				hit := make(chan string, 1)
+				go func() { // the first fork seen running gets the fault
+					defer close(hit)
+					for wctx.Err() == nil {
+						cs, err := cli.ContainerList(wctx, container.ListOptions{Filters: forksOf})
+						if err == nil && len(cs) > 0 {
+							if err := f.apply(context.Background(), cli, cs[0].ID); err != nil {
+								t.Errorf("%s %s: %v", f.name, shortID(cs[0].ID), err)
+							}
+							hit <- cs[0].ID
+							return
+						}
+						time.Sleep(2 * time.Millisecond)
+					}
+				}()
 				_, err = timed(t, "Fork(2)", hangGuard, func() error {
 					var err error
 					forks, err = sn.Fork(context.Background(), 2)
 					return err
 				})
-				if victim.Load() != nil {
+				stop()
+				victim = <-hit
+				if victim != "" && (err != nil || !f.gone) {
 					break
 				}
-				if err == nil || try == 3 {
-					t.Fatalf("no fork's restore went by: %v", err)
+				for _, fk := range forks {
+					fk.Close()
 				}
-				t.Logf("SLOW ENGINE: Fork failed before a restore (try %d), retrying", try)
+				if try == 5 {
+					t.Fatalf("the fault never landed while Fork ran: %v", err)
+				}
+				t.Logf("try %d: the fault came after Fork was done (%v), again", try, err)
 			}
 			switch {
 			case f.gone && !errors.Is(err, sandbox.ErrSandboxGone):
-				t.Errorf("WRONG ERROR: Fork with fork %s %sed: %v; want ErrSandboxGone", shortID(victim.Load().(string)), f.name, err)
+				t.Errorf("WRONG ERROR: Fork with fork %s %sed: %v; want ErrSandboxGone", shortID(victim), f.name, err)
 			case err == nil:
-				t.Logf("Fork with a fork paused during restore succeeded")
+				t.Logf("Fork with a fork paused as it started succeeded")
 				for _, fk := range forks {
 					_, err := timed(t, "Exec in fork", hangGuard, func() error { _, err := fk.Exec(context.Background(), "true"); return err })
-					if fk.ID() == victim.Load().(string) {
-						checkFaultErr(t, f, "Exec in the paused fork", err, false)
+					if fk.ID() == victim {
+						checkFaultErr(t, f, "Exec in the paused fork", err)
 					}
 				}
+			default:
+				t.Logf("Fork with fork %s %sed: %v", shortID(victim), f.name, err)
 			}
 			for _, fk := range forks {
 				timed(t, "Close fork", hangGuard, fk.Close)
@@ -807,7 +794,7 @@ func TestFaultContainerDuringCopyIn(t *testing.T) {
 			}
 			close(release)
 			_, err := timed(t, "CopyIn after "+f.name, hangGuard, func() error { return <-done })
-			checkFaultErr(t, f, "CopyIn", err, false)
+			checkFaultErr(t, f, "CopyIn", err)
 		})
 	}
 }
@@ -881,8 +868,7 @@ func TestFaultPausedExec(t *testing.T) {
 
 // TestFaultEngineCut: the engine disappears (the proxy closes every
 // connection and refuses new ones) while a command runs, before a file
-// write, while a file is read, while New runs, or while a snapshot copies
-// (its container paused). Calls fail with ErrEngineUnavailable (or
+// write, while a file is read, or while New runs. Calls fail with ErrEngineUnavailable (or
 // ErrSandboxGone, where the attach stream's end says so first) promptly;
 // Close returns. The container ends by itself once its attach stream is
 // gone (unless paused); what the library could not remove is removed here
@@ -906,13 +892,6 @@ func TestFaultEngineCut(t *testing.T) {
 		}},
 		{name: "before ReadFile", call: func(ctx context.Context, sb *sandbox.Sandbox) error {
 			_, err := sb.ReadFile(ctx, "f")
-			return err
-		}},
-		{name: "during Snapshot copy", method: "GET", suffix: "/archive", call: func(ctx context.Context, sb *sandbox.Sandbox) error {
-			sn, err := sb.Snapshot(ctx)
-			if err == nil {
-				sn.Remove(context.Background())
-			}
 			return err
 		}},
 		{name: "during New", method: "POST", suffix: "/containers/create"},
@@ -1041,14 +1020,6 @@ func TestFaultCancelEveryStep(t *testing.T) {
 			sb, err := sandbox.New(ctx, newOpts...)
 			return func() { sb.Close() }, err
 		}},
-		{"Snapshot", func(ctx context.Context) (func(), error) {
-			s, err := src.Snapshot(ctx)
-			return func() {
-				if s != nil {
-					s.Remove(context.Background())
-				}
-			}, err
-		}},
 		{"Fork2", func(ctx context.Context) (func(), error) {
 			forks, err := sn.Fork(ctx, 2)
 			return func() {
@@ -1113,7 +1084,7 @@ func TestFaultCancelEveryStep(t *testing.T) {
 					t.Errorf("WRONG ERROR: k=%d, cancel at %v: %v; want context.Canceled", k, at.Load(), err)
 				}
 				settle(t, cli, before, 20*time.Second, fmt.Sprintf("%s cancelled at request %d (%v)", tc.name, k, at.Load()))
-				if tc.name == "Snapshot" || tc.name == "CopyIn" {
+				if tc.name == "CopyIn" {
 					// The source still works (and is not left paused).
 					_, err := timed(t, "Exec in the source", 30*time.Second, func() error {
 						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -365,7 +365,7 @@ func TestUnitDriverSpec(t *testing.T) {
 	d := DefaultLimits()
 	want := driver.Resources{CPUs: 2, Memory: d.Memory, PIDs: d.PIDs, Disk: d.Disk, TmpSize: d.TmpSize,
 		FileSize: d.FileSize, OpenFiles: d.OpenFiles, Lifetime: 90 * time.Second}
-	if sp.Image != "img:1" || sp.Snapshot != "" || sp.Workdir != "/workspace" || sp.Runtime != "runsc" ||
+	if sp.Image != "img:1" || sp.Workdir != "/workspace" || sp.Runtime != "runsc" ||
 		sp.Labels["team"] != "x" || sp.Network != driver.NetworkNone || sp.Resources != want || sp.Timeout != DefaultTimeout {
 		t.Errorf("spec %+v", sp)
 	}
@@ -399,5 +399,41 @@ func TestUnitDriverSpec(t *testing.T) {
 	}
 	if _, err := New(ctx, WithDriver(nil)); err == nil {
 		t.Error("WithDriver(nil) accepted")
+	}
+}
+
+// A pool's sandbox serves a restore only with the settings the restored
+// sandbox would have; the first difference is named.
+func TestUnitPoolSettings(t *testing.T) {
+	base, err := newConfig([]Option{WithImage("img:1"), WithEnv("A=1"), WithLabels(map[string]string{"k": "v"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := &fakeDriver{}
+	for _, tc := range []struct {
+		change func(c *config)
+		want   string
+	}{
+		{func(c *config) {}, ""},
+		{func(c *config) { c.pool = &Pool{}; c.logger = nil; c.snapshot = "sha256:x" }, ""}, // not settings of the sandbox
+		{func(c *config) { c.base = "img:2" }, "image"},
+		{func(c *config) { c.limits.Memory++ }, "limits"},
+		{func(c *config) { c.user = "1000:1000" }, "user"},
+		{func(c *config) { c.workdir = "/home" }, "working directory"},
+		{func(c *config) { c.env = append(c.env, "B=2") }, "environment"},
+		{func(c *config) { c.runtime = "runsc" }, "runtime"},
+		{func(c *config) { c.labels = map[string]string{"k": "w"} }, "labels"},
+		{func(c *config) { c.network = AllowHosts("example.org") }, "network policy"},
+		{func(c *config) { c.driver = fd }, "backend"},
+		{func(c *config) { c.host = "tcp://127.0.0.1:1" }, "backend"},
+	} {
+		want := base
+		want.base = "img:1"
+		want.env = slices.Clone(base.env)
+		tc.change(&want)
+		sb := &Sandbox{cfg: base, base: "img:1"}
+		if got := sb.differsFrom(&want); got != tc.want {
+			t.Errorf("differsFrom = %q, want %q", got, tc.want)
+		}
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
+	"slices"
 	"sync"
 	"time"
 )
@@ -222,4 +225,65 @@ func (p *Pool) Close() error {
 		p.closeErr = errors.Join(errs...)
 	})
 	return p.closeErr
+}
+
+// WithPool makes Snapshot.New and Snapshot.Fork restore into sandboxes
+// taken from p (see Pool.Get), already started, instead of starting
+// their own: a restore is then a hand-out and the unpacking of the
+// snapshot's files. The pool's sandboxes must have the settings the
+// restored ones would have (the snapshot's, with opts on top): the same
+// image the snapshot's source was made from, limits, user, working
+// directory, environment, runtime, labels, network policy and backend.
+// A pool made with the options that made the source sandbox has them;
+// otherwise the restore fails, naming the setting that differs. New
+// ignores WithPool.
+func WithPool(p *Pool) Option {
+	return func(c *config) error {
+		if p == nil {
+			return errors.New("sandbox: WithPool: nil pool")
+		}
+		c.pool = p
+		return nil
+	}
+}
+
+// take hands out a sandbox of the pool's for a restore with settings
+// want, or an error naming a setting the pool's sandboxes differ in.
+func (p *Pool) take(ctx context.Context, want *config) (*Sandbox, error) {
+	sb, err := p.Get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if what := sb.differsFrom(want); what != "" {
+		sb.Close()
+		return nil, fmt.Errorf("sandbox: WithPool: the pool's sandboxes differ from the snapshot's in their %s: make the pool with the options the snapshot's source was made with", what)
+	}
+	return sb, nil
+}
+
+// differsFrom names the first setting in which s differs from a sandbox
+// that would be made with cfg, or returns "".
+func (s *Sandbox) differsFrom(cfg *config) string {
+	c := &s.cfg
+	switch {
+	case s.base != cfg.base:
+		return "image"
+	case c.limits != cfg.limits:
+		return "limits"
+	case c.user != cfg.user:
+		return "user"
+	case c.workdir != cfg.workdir:
+		return "working directory"
+	case !slices.Equal(c.env, cfg.env):
+		return "environment"
+	case c.runtime != cfg.runtime:
+		return "runtime"
+	case !maps.Equal(c.labels, cfg.labels):
+		return "labels"
+	case !reflect.DeepEqual(c.network, cfg.network):
+		return "network policy"
+	case c.driver != cfg.driver || c.host != cfg.host:
+		return "backend"
+	}
+	return ""
 }

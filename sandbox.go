@@ -52,7 +52,6 @@ type Sandbox struct {
 	agent   *agentconn.Conn // the agent, the instance's main process
 	stderr  *tail           // the last of the agent's stderr, for errors
 	base    string          // the image the sandbox (or the snapshot it came from) was made from
-	release func()          // called when the sandbox is closed (a snapshot's count of users)
 	net     *netState       // set for an allow-list or credentials
 	exposed exposures
 
@@ -64,6 +63,10 @@ type Sandbox struct {
 	whyOnce  sync.Once
 	why      string // why the instance stopped, once asked
 }
+
+// LabelSnapshot is the label a sandbox restored from a snapshot (not
+// from a Pool) carries on the engine: the snapshot's ID.
+const LabelSnapshot = "dev.agentsandbox.snapshot"
 
 // Option configures a sandbox in New.
 type Option func(*config) error
@@ -82,6 +85,7 @@ type config struct {
 	driver   driver.Driver
 	snapshot string // set by Snapshot.New: the snapshot's ID
 	base     string // set by Snapshot.New: the image the snapshot was made from
+	pool     *Pool  // Snapshot.New: restore into one of its sandboxes (WithPool)
 	network  NetworkPolicy
 	diskSet  bool // Limits.Disk was given, not the default
 	tmpSet   bool // Limits.TmpSize was given, not the default
@@ -459,7 +463,12 @@ func (s *Sandbox) spec(netEnv []string) *driver.Spec {
 		Timeout: s.cfg.timeout,
 	}
 	if s.cfg.snapshot != "" {
-		spec.Image, spec.Snapshot, spec.Pull = s.base, s.cfg.snapshot, false
+		spec.Pull = false // the snapshot's image was there
+		spec.Labels = maps.Clone(spec.Labels)
+		if spec.Labels == nil {
+			spec.Labels = map[string]string{}
+		}
+		spec.Labels[LabelSnapshot] = s.cfg.snapshot
 	}
 	if s.cfg.network.Open {
 		spec.Network = driver.NetworkOpen
@@ -681,9 +690,6 @@ func (s *Sandbox) teardown() error {
 	s.closeNetwork()
 	if s.ownDrv {
 		s.drv.Close()
-	}
-	if s.release != nil {
-		s.release()
 	}
 	return errors.Join(errs...)
 }

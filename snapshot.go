@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/driver"
 	"github.com/agentsandbox/sandbox/internal/agentconn"
+	"github.com/agentsandbox/sandbox/internal/blob"
 	"github.com/agentsandbox/sandbox/internal/wire"
 )
 
@@ -24,9 +25,9 @@ const MaxFork = 256
 // forkConcurrency bounds how many sandboxes Fork creates at once.
 const forkConcurrency = 8
 
-// Snapshot is a saved state of a sandbox: an image holding its working
-// directory, plus the sandbox's settings. New and Fork start sandboxes from
-// it. A Snapshot is safe for concurrent use.
+// Snapshot is a saved state of a sandbox: its working directory's files,
+// kept by the library, plus the sandbox's settings. New and Fork start
+// sandboxes from it. A Snapshot is safe for concurrent use.
 //
 // A snapshot captures:
 //   - the working directory, whole (files, directories, empty ones too,
@@ -37,53 +38,82 @@ const forkConcurrency = 8
 //   - the settings: image, limits, user, working directory, environment
 //     (WithEnv), runtime and labels.
 //
-// It does not capture running processes, /tmp (a tmpfs) or anything else
-// outside the working directory (the root filesystem is read-only, so
-// nothing else can have changed), open connections, or FIFOs, sockets and
-// devices in the working directory. Restored sandboxes
-// log to the source's logger unless given WithLogger.
+// It does not capture running processes or their memory (an Interpreter's
+// variables are lost), /tmp (a tmpfs) or anything else outside the
+// working directory (the root filesystem is read-only, so nothing else
+// can have changed), open connections, or FIFOs, sockets and devices in
+// the working directory. Restored sandboxes log to the source's logger
+// unless given WithLogger.
+//
+// The content is kept in this process, in a temporary file without a name
+// (in os.TempDir, so under TMPDIR), of at most the source's disk limit of
+// file contents: it takes no engine time to make or to restore from, works
+// the same on every backend, and is gone when the snapshot is removed or
+// the process ends, however it ends. So a snapshot is restored only by the
+// process that took it; Image saves a copy on the engine (Docker) that
+// outlives the process.
 type Snapshot struct {
-	id   string
-	cfg  config // the source's settings
-	base string // the image the source sandbox was made from
+	content *blob.Blob
+	cfg     config // the source's settings
+	base    string // the image the source sandbox was made from
+	source  string // the source sandbox's ID
 
 	mu      sync.Mutex
-	users   int  // sandboxes running from this snapshot in this process
-	removed bool // Remove was called; delete the image when users drops to 0
+	users   int  // sandboxes being restored or running from this snapshot
+	removed bool // Remove was called: free the content when users drops to 0
+	image   string
+	commit  sync.Mutex // held while Image commits
 }
 
-// ID returns the snapshot's image ID.
-func (sn *Snapshot) ID() string { return sn.id }
+// ID returns the snapshot's content digest ("sha256:" and hex): two
+// snapshots of the same files, modes and times have the same ID.
+func (sn *Snapshot) ID() string { return sn.content.Digest() }
 
-// Snapshot saves the sandbox's working directory and settings. Nothing in
-// the sandbox runs while its files are copied, so they are consistent, and
-// it keeps running afterwards. The snapshot carries the library's labels,
-// so Prune removes it if this process dies without calling Remove. On
-// Docker it is an image (the source's image and one layer); a backend
-// without snapshots gives an error wrapping ErrUnsupported.
+// Size returns the size in bytes of the snapshot's content, a tar archive
+// of the working directory.
+func (sn *Snapshot) Size() int64 { return sn.content.Size() }
+
+// Snapshot saves the sandbox's working directory and settings. The
+// sandbox's agent stops every process in it (SIGSTOP) while it sends the
+// files, so they are consistent, and resumes them (SIGCONT) afterwards,
+// also when the snapshot fails or ctx ends; no command starts meanwhile,
+// and the engine is not involved, so the source keeps running on any
+// backend. Files its user made unreadable to themselves (chmod 000) are
+// read too, and keep their modes. More than the disk limit of file
+// contents is an error wrapping ErrTooLarge.
 func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
 	start := time.Now()
+	var size int64
 	defer func() {
 		s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.snapshot", slog.String("sandbox", s.id),
-			slog.Duration("duration", time.Since(start)), errAttr(err))
+			slog.Int64("bytes", size), slog.Duration("duration", time.Since(start)), errAttr(err))
 	}()
-	sn, ok := s.drv.(driver.Snapshotter)
-	if !ok {
-		return nil, fmt.Errorf("sandbox: Snapshot: %w (%T)", ErrUnsupported, s.drv)
-	}
-	id, err := sn.Snapshot(ctx, s.inst, driver.SnapshotRequest{
-		Base: s.base, Workdir: s.cfg.workdir, MaxBytes: s.snapshotBound(), Timeout: s.cfg.timeout,
+	bound := s.snapshotBound()
+	var content *blob.Blob
+	_, err = s.fileOp(ctx, wire.FileRequest{Op: wire.Capture, Path: []byte(s.cfg.workdir), Limit: bound}, func(op *agentconn.FileOp) error {
+		var err error
+		content, err = blob.Write("", op, archiveBound(bound))
+		return err
 	})
 	if err != nil {
-		return nil, s.backendErr("snapshot", err)
+		if content != nil {
+			content.Close()
+		}
+		switch {
+		case errors.Is(err, ErrFileTooLarge), errors.Is(err, blob.ErrTooLarge):
+			err = fmt.Errorf("%w: snapshot: the working directory's files add up to more than %d bytes (the disk limit); sparse files count in full: %v",
+				ErrTooLarge, bound, err)
+		case errors.Is(err, ErrSandboxGone), errors.Is(err, ErrUnresponsive), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		default:
+			err = &fs.PathError{Op: "snapshot", Path: s.cfg.workdir, Err: err}
+		}
+		return nil, err
 	}
+	size = content.Size()
 	cfg := s.cfg
 	cfg.env = append([]string(nil), s.cfg.env...)
-	cfg.snapshot, cfg.base = "", ""
-	return &Snapshot{id: id, cfg: cfg, base: s.base}, nil
+	cfg.snapshot, cfg.base, cfg.pool = "", "", nil
+	return &Snapshot{content: content, cfg: cfg, base: s.base, source: s.id}, nil
 }
 
 // snapshotBound is how many bytes of file contents a snapshot of the
@@ -100,23 +130,22 @@ func (s *Sandbox) snapshotBound() int64 {
 	return 0
 }
 
+// archiveBound bounds the archive of at most contents bytes of file
+// contents: those plus room for the entries' headers (the agent bounds the
+// contents; this bounds what the library stores whatever it is sent).
+func archiveBound(contents int64) int64 {
+	if contents <= 0 {
+		return 0
+	}
+	return 2*contents + 64<<20
+}
+
 // restoreWorkdir fills the fresh working directory with the snapshot's
 // files, through the agent, which extracts as the sandbox user and keeps
-// every link as it was (an engine's archive upload refuses links that
-// point outside the directory it extracts into: "cache -> ../tmp",
-// "python -> /usr/bin/python3").
-func (s *Sandbox) restoreWorkdir(ctx context.Context, id string) error {
-	sn, ok := s.drv.(driver.Snapshotter)
-	if !ok {
-		return fmt.Errorf("sandbox: restore: %w (%T)", ErrUnsupported, s.drv)
-	}
-	rc, err := sn.ReadSnapshot(ctx, id, s.inst, s.cfg.timeout)
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	_, err = s.fileOp(ctx, wire.FileRequest{Op: wire.Untar, Path: []byte(s.cfg.workdir)}, func(op *agentconn.FileOp) error {
-		if _, err := io.Copy(op, rc); err != nil {
+// every link as it was.
+func (s *Sandbox) restoreWorkdir(ctx context.Context, sn *Snapshot) error {
+	_, err := s.fileOp(ctx, wire.FileRequest{Op: wire.Untar, Path: []byte(s.cfg.workdir)}, func(op *agentconn.FileOp) error {
+		if _, err := io.Copy(op, sn.content.Reader()); err != nil {
 			return err
 		}
 		return op.CloseInput()
@@ -133,10 +162,14 @@ func (s *Sandbox) restoreWorkdir(ctx context.Context, id string) error {
 // and hardening unless opts override them. Options apply on top of the
 // source's settings: WithEnv adds to the source's environment. Restoring
 // into a Limits.Disk smaller than the files fails with ENOSPC.
+//
+// With WithPool, the sandbox is one of the pool's, already started, and
+// New only fills its working directory: the pool's sandboxes must have
+// the settings the snapshot's would (see WithPool).
 func (sn *Snapshot) New(ctx context.Context, opts ...Option) (*Sandbox, error) {
 	sb, err := sn.start(ctx, opts)
 	if err == nil {
-		sb.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.restore", slog.String("sandbox", sb.id), slog.String("snapshot", sn.id))
+		sb.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.restore", slog.String("sandbox", sb.id), slog.String("snapshot", sn.ID()))
 	}
 	return sb, err
 }
@@ -160,17 +193,19 @@ func (sn *Snapshot) start(ctx context.Context, opts []Option) (*Sandbox, error) 
 		sn.release()
 		return nil, err
 	}
-	cfg.image, cfg.snapshot, cfg.base = sn.id, sn.id, sn.base
-	sb, err := create(ctx, cfg)
+	cfg.image, cfg.snapshot, cfg.base = sn.base, sn.ID(), sn.base
+	var sb *Sandbox
+	var err error
+	if cfg.pool != nil {
+		sb, err = cfg.pool.take(ctx, &cfg)
+	} else {
+		sb, err = create(ctx, cfg)
+	}
+	defer sn.release() // the content is needed until it is restored
 	if err != nil {
-		sn.release()
-		if errors.Is(err, ErrImageNotFound) {
-			return nil, fmt.Errorf("sandbox: snapshot %s was removed: %w", shortID(sn.id), err)
-		}
 		return nil, err
 	}
-	sb.release = sn.release // when it is closed
-	if err := sb.restoreWorkdir(ctx, sn.id); err != nil {
+	if err := sb.restoreWorkdir(ctx, sn); err != nil {
 		sb.Close()
 		return nil, err
 	}
@@ -210,7 +245,7 @@ func (sn *Snapshot) Fork(ctx context.Context, n int, opts ...Option) ([]*Sandbox
 		return nil, err
 	}
 	log := sbs[0].log // the fork record goes to the forks' logger
-	log.LogAttrs(ctx, slog.LevelInfo, "sandbox.fork", slog.String("snapshot", sn.id),
+	log.LogAttrs(ctx, slog.LevelInfo, "sandbox.fork", slog.String("snapshot", sn.ID()),
 		slog.Int("n", n), slog.Duration("duration", time.Since(start)))
 	return sbs, nil
 }
@@ -220,13 +255,13 @@ func (sn *Snapshot) acquire() error {
 	sn.mu.Lock()
 	defer sn.mu.Unlock()
 	if sn.removed {
-		return fmt.Errorf("%w: snapshot %s was removed", ErrImageNotFound, shortID(sn.id))
+		return fmt.Errorf("%w: snapshot %s was removed", ErrImageNotFound, shortID(sn.ID()))
 	}
 	sn.users++
 	return nil
 }
 
-// release uncounts a sandbox and deletes the image if Remove was called
+// release uncounts a sandbox and frees the content if Remove was called
 // and this was the last user.
 func (sn *Snapshot) release() {
 	sn.mu.Lock()
@@ -234,14 +269,60 @@ func (sn *Snapshot) release() {
 	last := sn.users == 0 && sn.removed
 	sn.mu.Unlock()
 	if last {
-		sn.deleteImage(context.Background())
+		sn.content.Close()
 	}
 }
 
-// Remove deletes the snapshot. Sandboxes already started from it keep
-// running; its image is deleted once the last of them (in this process)
-// is closed. New and Fork fail after Remove.
+// Image saves the snapshot on the engine, once, and returns the engine's
+// ID for it. On Docker it is an image: the source's image and one layer
+// holding the working directory under /.agentsandbox/workdir, labelled as
+// the library's (so Prune removes it once this process has ended, unless
+// it was tagged), which docker tag and docker push take like any other.
+// Restores do not use it. A backend without such images gives an error
+// wrapping ErrUnsupported.
+func (sn *Snapshot) Image(ctx context.Context) (string, error) {
+	sn.commit.Lock()
+	defer sn.commit.Unlock()
+	if err := sn.acquire(); err != nil {
+		return "", err
+	}
+	defer sn.release()
+	sn.mu.Lock()
+	id := sn.image
+	sn.mu.Unlock()
+	if id != "" {
+		return id, nil
+	}
+	start := time.Now()
+	d, own := sn.cfg.backend()
+	if own {
+		defer d.Close()
+	}
+	st, ok := d.(driver.Snapshotter)
+	if !ok {
+		return "", fmt.Errorf("sandbox: snapshot image: %w (%T)", ErrUnsupported, d)
+	}
+	id, err := st.CommitSnapshot(ctx, driver.CommitRequest{
+		Base: sn.base, Content: sn.content.Reader(), Source: sn.source, Timeout: sn.cfg.timeout,
+	})
+	sn.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "sandbox.snapshot.image", slog.String("snapshot", sn.ID()),
+		slog.String("image", id), slog.Duration("duration", time.Since(start)), errAttr(err))
+	if err != nil {
+		return "", fmt.Errorf("sandbox: snapshot image: %w", err)
+	}
+	sn.mu.Lock()
+	sn.image = id
+	sn.mu.Unlock()
+	return id, nil
+}
+
+// Remove deletes the snapshot: its content once the last sandbox being
+// restored from it has its files (sandboxes restored from it keep
+// running), and its image if Image made one. New, Fork and Image fail
+// after Remove.
 func (sn *Snapshot) Remove(ctx context.Context) error {
+	sn.commit.Lock() // not while Image commits
+	defer sn.commit.Unlock()
 	sn.mu.Lock()
 	if sn.removed {
 		sn.mu.Unlock()
@@ -249,17 +330,21 @@ func (sn *Snapshot) Remove(ctx context.Context) error {
 	}
 	sn.removed = true
 	inUse := sn.users > 0
+	image := sn.image
 	sn.mu.Unlock()
-	var err error
 	if !inUse {
-		err = sn.deleteImage(ctx)
+		sn.content.Close()
 	}
-	sn.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "sandbox.snapshot.remove", slog.String("snapshot", sn.id),
-		slog.Bool("deferred", inUse), errAttr(err))
+	var err error
+	if image != "" {
+		err = sn.deleteImage(ctx, image)
+	}
+	sn.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "sandbox.snapshot.remove", slog.String("snapshot", sn.ID()),
+		slog.Bool("deferred", inUse), slog.String("image", image), errAttr(err))
 	return err
 }
 
-func (sn *Snapshot) deleteImage(ctx context.Context) error {
+func (sn *Snapshot) deleteImage(ctx context.Context, image string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	d, own := sn.cfg.backend()
@@ -270,5 +355,5 @@ func (sn *Snapshot) deleteImage(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("sandbox: remove snapshot: %w (%T)", ErrUnsupported, d)
 	}
-	return st.RemoveSnapshot(ctx, sn.id)
+	return st.RemoveSnapshot(ctx, image)
 }

@@ -179,9 +179,16 @@ func TestSnapshotContent(t *testing.T) {
 	n := snapRun(t, src, "wc -l < /tmp/ticks", 0)
 	waitExec(t, src, fmt.Sprintf("test $(wc -l < /tmp/ticks) -gt %s", strings.TrimSpace(n)))
 
-	// The snapshot is the base image plus one layer, and carries the
-	// library's labels for this process.
-	img, err := cli.ImageInspect(ctx, sn.ID())
+	// Its image, made on demand, is the base image plus one layer, and
+	// carries the library's labels for this process.
+	imgID, err := sn.Image(ctx)
+	if err != nil {
+		t.Fatalf("Image: %v", err)
+	}
+	if again, err := sn.Image(ctx); err != nil || again != imgID {
+		t.Errorf("Image again: %s, %v; want the same image %s", again, err, imgID)
+	}
+	img, err := cli.ImageInspect(ctx, imgID)
 	if err != nil {
 		t.Fatalf("inspect snapshot image: %v", err)
 	}
@@ -195,6 +202,16 @@ func TestSnapshotContent(t *testing.T) {
 	l := img.Config.Labels
 	if l[engine.LabelManaged] != "true" || l[engine.LabelOwner] != engine.Owner() || l[engine.LabelKind] != "snapshot" {
 		t.Errorf("snapshot image labels: %v", l)
+	}
+	// The image holds the same files, under /.agentsandbox/workdir.
+	fromImage, err := sandbox.New(ctx, sandbox.WithImage(imgID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fromImage.Close()
+	const sums = "cd %s && md5sum random.bin hard && readlink cache"
+	if got, want := snapRun(t, fromImage, fmt.Sprintf(sums, "/.agentsandbox/workdir"), 0), snapRun(t, src, fmt.Sprintf(sums, "."), 0); got != want {
+		t.Errorf("the image's files:\n%s\nthe source's:\n%s", got, want)
 	}
 
 	r := restore(t, sn)
@@ -342,7 +359,7 @@ func TestSnapshotSettingsAndHardening(t *testing.T) {
 		h := i.HostConfig
 		labels := map[string]string{}
 		for k, v := range i.Config.Labels {
-			if k != engine.LabelKind && k != "dev.agentsandbox.source" { // the latter comes from the image
+			if k != engine.LabelKind && k != sandbox.LabelSnapshot {
 				labels[k] = v
 			}
 		}
@@ -466,7 +483,7 @@ func TestSnapshotDisk(t *testing.T) {
 func listForks(ctx context.Context, cli *client.Client, sn *sandbox.Snapshot) ([]container.Summary, error) {
 	return cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
 		filters.Arg("label", engine.LabelOwner+"="+engine.Owner()),
-		filters.Arg("ancestor", sn.ID()),
+		filters.Arg("label", sandbox.LabelSnapshot+"="+sn.ID()),
 	)})
 }
 
@@ -608,9 +625,9 @@ func waitImageGone(t testing.TB, cli *client.Client, id string) {
 	}
 }
 
-// TestSnapshotRemoveWhileForkRuns: Remove with a fork running defers the
-// image's deletion until the fork is closed; the fork keeps working, and
-// new restores fail.
+// TestSnapshotRemoveWhileForkRuns: Remove with a fork running deletes the
+// snapshot's image at once; the fork keeps working (it needs nothing of
+// the snapshot once restored), and new restores and Image fail.
 func TestSnapshotRemoveWhileForkRuns(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
@@ -619,6 +636,11 @@ func TestSnapshotRemoveWhileForkRuns(t *testing.T) {
 	snapRun(t, src, "echo v1 > state", 0)
 	sn, err := src.Snapshot(ctx)
 	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := sn.Image(ctx)
+	if err != nil {
+		sn.Remove(ctx)
 		t.Fatal(err)
 	}
 	forks, err := sn.Fork(ctx, 1)
@@ -635,30 +657,21 @@ func TestSnapshotRemoveWhileForkRuns(t *testing.T) {
 	if err := sn.Remove(ctx); err != nil {
 		t.Errorf("second Remove: %v", err)
 	}
-	if _, err := cli.ImageInspect(ctx, sn.ID()); err != nil {
-		t.Fatalf("image deleted while a fork of it runs: %v", err)
-	}
+	waitImageGone(t, cli, img)
 	if got := snapRun(t, fork, "cat state; echo v2 > state; cat state", 0); got != "v1\nv2\n" {
 		t.Errorf("fork after Remove: %q", got)
 	}
 	// A restore of a removed snapshot is refused, and makes nothing.
 	for name, f := range map[string]func() error{
-		"New":  func() error { sb, err := sn.New(ctx); sb.Close(); return err },
-		"Fork": func() error { _, err := sn.Fork(ctx, 2); return err },
+		"New":   func() error { sb, err := sn.New(ctx); sb.Close(); return err },
+		"Fork":  func() error { _, err := sn.Fork(ctx, 2); return err },
+		"Image": func() error { _, err := sn.Image(ctx); return err },
 	} {
 		if err := f(); !errors.Is(err, sandbox.ErrImageNotFound) || !strings.Contains(err.Error(), "removed") {
 			t.Errorf("%s of a removed snapshot: %v, want ErrImageNotFound saying it was removed", name, err)
 		}
 	}
 	waitNoForks(t, cli, sn, 1)
-	if _, err := cli.ImageInspect(ctx, sn.ID()); err != nil {
-		t.Fatalf("image deleted while a fork of it runs: %v", err)
-	}
-
-	if err := fork.Close(); err != nil {
-		t.Fatal(err)
-	}
-	waitImageGone(t, cli, sn.ID())
 }
 
 // TestSnapshotBadInput: a closed sandbox, Fork counts out of range, an
@@ -706,16 +719,20 @@ func TestSnapshotBadInput(t *testing.T) {
 	}
 	waitNoForks(t, cli, bsn, 0)
 
-	// The image deleted behind the library's back.
+	// Its image deleted behind the library's back: restores do not need
+	// it, and Remove finds it gone without an error.
 	gone := takeSnapshot(t, src)
-	if _, err := cli.ImageRemove(ctx, gone.ID(), image.RemoveOptions{Force: true}); err != nil {
+	img, err := gone.Image(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if sb, err := gone.New(ctx); !errors.Is(err, sandbox.ErrImageNotFound) {
-		sb.Close()
-		t.Errorf("restore of a snapshot deleted outside the library: %v, want ErrImageNotFound", err)
+	if _, err := cli.ImageRemove(ctx, img, image.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
 	}
-	waitNoForks(t, cli, gone, 0)
+	snapRun(t, restore(t, gone), "true", 0)
+	if err := gone.Remove(ctx); err != nil {
+		t.Errorf("Remove of a snapshot whose image was deleted outside the library: %v", err)
+	}
 }
 
 // TestSnapshotForkCancel: a context cancelled while Fork is creating
@@ -798,10 +815,9 @@ func TestSnapshotForkCancel(t *testing.T) {
 
 // TestSnapshotChain150: snapshot → restore → change → snapshot, 150 times
 // in a row, far past the overlay's depth limit (~125) had each snapshot
-// been committed on top of the previous one. Every intermediate snapshot
-// is removed as the chain moves on. A step takes about 2s on an idle
-// machine (restore 0.9s, exec 0.1s, snapshot 1.1s), so the chain takes
-// about 5 minutes; -short runs 20 steps.
+// been committed on top of the previous one; the last one's image is
+// base + one layer. Every intermediate snapshot is removed as the chain
+// moves on; -short runs 20 steps.
 func TestSnapshotChain150(t *testing.T) {
 	t.Parallel()
 	steps := 150
@@ -892,7 +908,12 @@ func TestSnapshotChain150(t *testing.T) {
 	if len(errs) > 0 {
 		t.Errorf("closing and removing along the chain: %v", errors.Join(errs...))
 	}
-	img, err := cli.ImageInspect(ctx, prev.ID())
+	// Its image is base + one layer, however long the chain.
+	imgID, err := prev.Image(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := cli.ImageInspect(ctx, imgID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -903,10 +924,8 @@ func TestSnapshotChain150(t *testing.T) {
 	if len(img.RootFS.Layers) != len(base.RootFS.Layers)+1 {
 		t.Errorf("snapshot %d has %d layers, base %d", steps, len(img.RootFS.Layers), len(base.RootFS.Layers))
 	}
-	for i, id := range ids[:steps] {
-		if _, err := cli.ImageInspect(ctx, id); !engine.IsNotFound(err) {
-			t.Errorf("intermediate snapshot %d (%.19s) still exists: %v", i, id, err)
-		}
+	if len(slices.Compact(slices.Sorted(slices.Values(ids)))) != steps+1 {
+		t.Errorf("the chain's %d snapshots have repeated IDs: %v", steps+1, ids)
 	}
 	t.Logf("%d chained steps (restore, exec, snapshot) in %v: %v per step", steps, chain.Round(time.Millisecond), (chain / time.Duration(steps)).Round(time.Millisecond))
 }
@@ -916,7 +935,7 @@ const snapHelperEnv = "AGENTSANDBOX_SNAPSHOT_HELPER"
 
 // TestSnapshotHelperProcess is not a test: run as a child process by
 // TestSnapshotPrune, it makes a sandbox and a snapshot of it, prints the
-// snapshot's ID, and when its stdin closes exits at once, closing and
+// snapshot's image, and when its stdin closes exits at once, closing and
 // removing nothing.
 func TestSnapshotHelperProcess(t *testing.T) {
 	if os.Getenv(snapHelperEnv) != "1" {
@@ -937,7 +956,12 @@ func TestSnapshotHelperProcess(t *testing.T) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	fmt.Printf("SNAPSHOT=%s\n", sn.ID())
+	img, err := sn.Image(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	fmt.Printf("SNAPSHOT=%s\n", img)
 	io.Copy(io.Discard, os.Stdin)
 	os.Exit(0)
 }
@@ -1005,6 +1029,10 @@ func TestSnapshotPrune(t *testing.T) {
 	src := newSandbox(t)
 	snapRun(t, src, "echo mine > f", 0)
 	mine := takeSnapshot(t, src)
+	mineImg, err := mine.Image(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// Three Prunes at once find the same orphans: each must succeed
 	// (removed by another is removed).
@@ -1028,7 +1056,7 @@ func TestSnapshotPrune(t *testing.T) {
 	if err != nil || len(is) != 0 {
 		t.Errorf("the dead helper's images after Prune: %d, %v", len(is), err)
 	}
-	if _, err := cli.ImageInspect(ctx, mine.ID()); err != nil {
+	if _, err := cli.ImageInspect(ctx, mineImg); err != nil {
 		t.Fatalf("Prune removed a live process's snapshot: %v", err)
 	}
 	if got := snapRun(t, restore(t, mine), "cat f", 0); got != "mine\n" {
@@ -1118,10 +1146,207 @@ func TestSnapshotAudit(t *testing.T) {
 		t.Errorf("the fork's close went to %d records of its logger", len(recs))
 	}
 
-	if err := sn.Remove(ctx); err != nil { // r still runs: deferred
+	if err := sn.Remove(ctx); err != nil { // r still runs: it needs nothing of sn
 		t.Fatal(err)
 	}
-	if recs := rec.find("sandbox.snapshot.remove"); len(recs) != 1 || recs[0].attrs["snapshot"] != sn.ID() || recs[0].attrs["deferred"] != "true" {
+	if recs := rec.find("sandbox.snapshot.remove"); len(recs) != 1 || recs[0].attrs["snapshot"] != sn.ID() || recs[0].attrs["deferred"] != "false" {
 		t.Errorf("sandbox.snapshot.remove records: %+v", recs)
+	}
+}
+
+// TestSnapshotProcesses: Snapshot stops the sandbox's processes while it
+// reads the files and resumes them afterwards: a file rewritten without
+// pause is captured whole (one generation, never torn), a fork bomb does
+// not keep the snapshot from finishing, a process its user stopped stays
+// stopped, and files and directories the user closed to themselves are
+// captured with their modes.
+func TestSnapshotProcesses(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	src := newSandbox(t, sandbox.WithLimits(sandbox.Limits{PIDs: 64}))
+	snapRun(t, src, "mkdir closed && echo inside > closed/f && chmod 000 closed/f closed", 0)
+
+	// A process that stopped itself (the user's SIGSTOP).
+	stopped := src.Command(ctx, "sh", "-c", `echo $$ > /tmp/stopped.pid; kill -STOP $$; echo resumed > /tmp/resumed`)
+	if err := stopped.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitExec(t, src, `test -s /tmp/stopped.pid && grep -q '^State:.*T' /proc/$(cat /tmp/stopped.pid)/status`)
+
+	// A writer that rewrites f, 256 KiB of one letter, then the other.
+	wctx, stopWriter := context.WithCancel(ctx)
+	defer stopWriter()
+	writer := src.Command(wctx, "sh", "-c", `c=a; while :; do head -c 262144 /dev/zero | tr '\0' $c > f; if [ $c = a ]; then c=b; else c=a; fi; done`)
+	if err := writer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitExec(t, src, "test -s f")
+	for i := range 4 {
+		sn := takeSnapshot(t, src)
+		r := restore(t, sn)
+		out := snapRun(t, r, `n=$(wc -c < f); a=$(tr -d a < f | wc -c); b=$(tr -d b < f | wc -c); echo "$n $a $b"`, 0)
+		var n, notA, notB int
+		fmt.Sscan(out, &n, &notA, &notB)
+		if notA != 0 && notB != 0 {
+			t.Errorf("snapshot %d: f of %d bytes is torn: %d bytes not 'a', %d not 'b'", i, n, notA, notB)
+		}
+		if i == 0 {
+			if got := snapRun(t, r, `stat -c %a closed; chmod 700 closed; stat -c %a closed/f; chmod 600 closed/f; cat closed/f`, 0); got != "0\n0\ninside\n" {
+				t.Errorf("the closed directory and file restored: %q", got)
+			}
+		}
+	}
+	// The source's own closed files keep their modes.
+	if got := snapRun(t, src, "stat -c %a closed", 0); got != "0\n" {
+		t.Errorf("the source's closed directory after the snapshots: mode %q", got)
+	}
+	// The writer was resumed: it still runs and still writes.
+	snapRun(t, src, `s=$(stat -c %Y.%s f; md5sum < f); i=0; while [ "$(stat -c %Y.%s f; md5sum < f)" = "$s" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; [ $i -lt 200 ]`, 0)
+
+	// A fork bomb (bounded by the PIDs limit) does not hold the snapshot
+	// up; afterwards it is killed like any command.
+	bctx, stopBomb := context.WithCancel(ctx)
+	bomb := src.Command(bctx, "sh", "-c", `b() { echo x; b & b; }; b`)
+	forking := make(chan struct{})
+	bomb.Stdout = &firstWrite{c: forking}
+	if err := bomb.Start(); err != nil {
+		t.Fatal(err)
+	}
+	<-forking
+	sn, err := src.Snapshot(ctx)
+	if err != nil {
+		t.Errorf("Snapshot during a fork bomb: %v", err)
+	} else {
+		sn.Remove(ctx)
+	}
+	stopBomb()
+	bomb.Wait()
+	stopWriter()
+	writer.Wait()
+
+	// Still stopped, never resumed by a snapshot.
+	if got := snapRun(t, src, `grep '^State:' /proc/$(cat /tmp/stopped.pid)/status | cut -c8; test ! -e /tmp/resumed`, 0); got != "T\n" {
+		t.Errorf("the user's stopped process after the snapshots: state %q", got)
+	}
+	snapRun(t, src, `kill -CONT $(cat /tmp/stopped.pid)`, 0)
+	if err := stopped.Wait(); err != nil {
+		t.Errorf("the stopped process, resumed: %v", err)
+	}
+}
+
+// TestSnapshotCancel: a snapshot whose context ends while the files are
+// read fails with the context's error, and leaves no process of the
+// source stopped. The deadline grows until a snapshot gets through.
+func TestSnapshotCancel(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	src := newSandbox(t)
+	snapRun(t, src, "head -c 67108864 /dev/urandom > big", 0)
+	tctx, stopTicker := context.WithCancel(ctx)
+	defer stopTicker()
+	ticker := src.Command(tctx, "sh", "-c", "while :; do echo tick >> /tmp/ticks; sleep 0.01; done")
+	if err := ticker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer ticker.Wait()
+	defer stopTicker()
+	waitExec(t, src, "test -s /tmp/ticks")
+	cancelled := 0
+	for d := time.Millisecond; ; d *= 2 {
+		sctx, cancel := context.WithTimeout(ctx, d)
+		sn, err := src.Snapshot(sctx)
+		cancel()
+		if err == nil {
+			sn.Remove(ctx)
+			break
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Snapshot with a deadline of %v: %v; want context.DeadlineExceeded", d, err)
+		}
+		cancelled++
+		// Nothing is left stopped: no process in state T, and the ticker
+		// ticks on.
+		n := snapRun(t, src, "wc -l < /tmp/ticks", 0)
+		if got := snapRun(t, src, `grep -l '^State:.*T' /proc/[0-9]*/status 2>/dev/null | wc -l`, 0); got != "0\n" {
+			t.Fatalf("after a Snapshot cut at %v: %s processes stopped", d, strings.TrimSpace(got))
+		}
+		waitExec(t, src, fmt.Sprintf("test $(wc -l < /tmp/ticks) -gt %s", strings.TrimSpace(n)))
+		if d > time.Minute {
+			t.Fatal("no snapshot got through")
+		}
+	}
+	if cancelled == 0 {
+		t.Error("no snapshot was cut short")
+	}
+	t.Logf("%d snapshots cut short before one got through", cancelled)
+}
+
+// firstWrite closes c at its first write.
+type firstWrite struct {
+	c    chan struct{}
+	once sync.Once
+}
+
+func (w *firstWrite) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.c) })
+	return len(p), nil
+}
+
+// TestSnapshotPool: with WithPool, New and Fork restore into the pool's
+// sandboxes (already started): the files are there, the sandboxes are
+// the pool's, Fork takes more than the pool holds by waiting for it to
+// refill; a pool of other settings is refused, naming the setting, and
+// the sandbox it handed out is closed.
+func TestSnapshotPool(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	opts := []sandbox.Option{sandbox.WithImage(busyboxImage), sandbox.WithEnv("ROLE=pooled")}
+	pool, err := sandbox.NewPool(ctx, 2, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	src := newSandbox(t, sandbox.WithEnv("ROLE=pooled"))
+	snapRun(t, src, "echo saved > f", 0)
+	sn := takeSnapshot(t, src)
+
+	r, err := sn.New(ctx, sandbox.WithPool(pool))
+	if err != nil {
+		t.Fatalf("New with a pool: %v", err)
+	}
+	defer r.Close()
+	if got := snapRun(t, r, `cat f; echo "$ROLE"`, 0); got != "saved\npooled\n" {
+		t.Errorf("restored into a pool's sandbox: %q", got)
+	}
+	if st := pool.Stats(); st.Handed != 1 {
+		t.Errorf("pool stats after one restore: %+v", st)
+	}
+	forks, err := sn.Fork(ctx, 3, sandbox.WithPool(pool))
+	if err != nil {
+		t.Fatalf("Fork(3) from a pool of 2: %v", err)
+	}
+	for i, f := range forks {
+		defer f.Close()
+		snapRun(t, f, fmt.Sprintf("test \"$(cat f)\" = saved && echo %d > f", i), 0)
+	}
+	if st := pool.Stats(); st.Handed != 4 {
+		t.Errorf("pool stats after Fork(3): %+v", st)
+	}
+
+	// Other settings: refused, and the sandbox handed out is removed.
+	other, err := sandbox.NewPool(ctx, 1, sandbox.WithImage(busyboxImage), sandbox.WithEnv("ROLE=other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if sb, err := sn.New(ctx, sandbox.WithPool(other)); err == nil || !strings.Contains(err.Error(), "environment") {
+		sb.Close()
+		t.Errorf("restore into a pool of other settings: %v; want an error naming the environment", err)
+	}
+	if st := other.Stats(); st.Handed != 1 {
+		t.Errorf("the other pool's stats: %+v", st)
+	}
+	if _, err := sn.Fork(ctx, 1, sandbox.WithPool(nil)); err == nil {
+		t.Error("WithPool(nil) accepted")
 	}
 }

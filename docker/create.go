@@ -35,7 +35,7 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ driver.Instan
 	in := &instance{d: d, cli: cli, spec: *spec, created: time.Now()}
 	in.spec.Timeout = cmp.Or(in.spec.Timeout, d.cfg.Timeout)
 	in.spec.Log = cmp.Or(in.spec.Log, slog.New(slog.DiscardHandler))
-	in.image = cmp.Or(spec.Snapshot, spec.Image)
+	in.image = spec.Image
 	defer func() {
 		if err != nil {
 			in.Remove(context.WithoutCancel(ctx))
@@ -72,9 +72,6 @@ func (in *instance) ensureImage(ctx context.Context) error {
 	}
 	if !engine.IsNotFound(err) {
 		return in.err("inspect image", err)
-	}
-	if in.spec.Snapshot != "" {
-		return fmt.Errorf("%w: snapshot %s is not on the engine at %s", driver.ErrImageNotFound, shortID(in.image), in.d.Host())
 	}
 	if !in.spec.Pull {
 		return fmt.Errorf("%w: %q is not on the engine at %s, and the pull policy is PullNever: build it (docker build -t %s ...) or pull it (docker pull %s)",

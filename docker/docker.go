@@ -16,9 +16,9 @@
 // host, else a tmpfs of that size); NetworkPolicy{Open: true} gets a
 // bridge network of its own with host firewall rules that keep the host's
 // services and other sandboxes out (root and iptables on the engine's
-// host, else sandbox.ErrNetworkUnsupported). Snapshots are images: the
-// sandbox is paused (docker pause) while its working directory is copied
-// into a layer on top of its image, and committed.
+// host, else sandbox.ErrNetworkUnsupported). A snapshot's image, when asked
+// for (sandbox.Snapshot.Image), is the sandbox's image and one layer made
+// from the snapshot's content, committed from a never-started container.
 //
 // Every object carries the labels dev.agentsandbox.managed=true,
 // dev.agentsandbox.owner (host, boot, process ID and start time) and

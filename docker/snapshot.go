@@ -24,24 +24,23 @@ const snapshotDir = "/.agentsandbox/workdir"
 // only once the layer is written.
 const commitTimeout = 5 * time.Minute
 
-// Snapshot pauses the sandbox's container while its working directory is
-// copied into /.agentsandbox/workdir of a never-started container of
-// req.Base, and commits that container: the snapshot is an image (base + one layer)
-// that outlives the process, carries the library's labels, and can be
-// tagged and pushed.
-func (d *Driver) Snapshot(ctx context.Context, inst driver.Instance, req driver.SnapshotRequest) (string, error) {
-	in, ok := inst.(*instance)
-	if !ok || in.d != d {
-		return "", errors.New("docker: Snapshot of an instance of another driver")
-	}
+// CommitSnapshot saves req.Content as an image: req.Base and one layer
+// holding the working directory's files under /.agentsandbox/workdir,
+// labelled as the library's. The content is copied into a never-started
+// container of req.Base, which is committed; the sandbox it was taken
+// from is not involved. Podman's archive API refuses the layout, so there
+// it is an error wrapping driver.ErrUnsupported.
+func (d *Driver) CommitSnapshot(ctx context.Context, req driver.CommitRequest) (string, error) {
 	if info, err := d.engineInfo(ctx); err != nil {
 		return "", err
 	} else if info.Podman {
-		return "", fmt.Errorf("%w: snapshots on Podman (its archive API refuses the snapshot's layout)", driver.ErrUnsupported)
+		return "", fmt.Errorf("%w: snapshot images on Podman (its archive API refuses the snapshot's layout)", driver.ErrUnsupported)
 	}
-	cli := in.cli
-	// A container that will only receive the files: never started. Removed
-	// by name, which is known even if the create's answer is lost.
+	cli, err := d.client(ctx)
+	if err != nil {
+		return "", err
+	}
+	// Removed by name, which is known even if the create's answer is lost.
 	tmpName := objectName("snapshot-build")
 	dctx, cancel := detached(ctx)
 	tmp, err := cli.ContainerCreate(dctx, &container.Config{
@@ -52,37 +51,20 @@ func (d *Driver) Snapshot(ctx context.Context, inst driver.Instance, req driver.
 	cancel()
 	defer d.removeHelper(ctx, cli, tmpName, req.Timeout)
 	if err != nil {
-		return "", in.err("snapshot: create", err)
+		if engine.IsNotFound(err) {
+			return "", fmt.Errorf("%w: the snapshot's base image %q is not on the engine at %s", driver.ErrImageNotFound, req.Base, d.Host())
+		}
+		return "", d.err("snapshot: create", err)
 	}
 	if err := ctxErr(ctx, "snapshot: create"); err != nil {
 		return "", err
 	}
-
-	// The sandbox must never stay paused. A pause request cut short by ctx
-	// may still be carried out, so it is not cancelled with ctx; and when
-	// it fails without the engine's word that nothing was paused (no answer
-	// in time, connection lost), it is undone just in case.
-	in.paused.Lock()
-	dctx, cancel = detached(ctx)
-	err = cli.ContainerPause(dctx, in.id)
-	cancel()
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(underDir(pw, req.Content, strings.TrimPrefix(snapshotDir, "/"))) }()
+	err = copyTo(ctx, cli, tmp.ID, "/", pr, req.Timeout)
+	pr.CloseWithError(errors.New("aborted"))
 	if err != nil {
-		if !engine.IsConflict(err) && !engine.IsNotFound(err) {
-			cli.ContainerUnpause(context.WithoutCancel(ctx), in.id)
-		}
-		in.paused.Unlock()
-		return "", in.err("snapshot: pause", err)
-	}
-	err = ctxErr(ctx, "snapshot: pause")
-	if err == nil {
-		err = in.copyWorkdir(ctx, tmp.ID, req)
-	}
-	if uerr := cli.ContainerUnpause(context.WithoutCancel(ctx), in.id); uerr != nil && err == nil {
-		err = in.err("snapshot: unpause", uerr)
-	}
-	in.paused.Unlock()
-	if err != nil {
-		return "", err
+		return "", d.err("snapshot: write the files", err)
 	}
 	// The engine answers a commit only once the layer is written, which
 	// takes longer the more files there are: a client with a longer bound.
@@ -94,104 +76,19 @@ func (d *Driver) Snapshot(ctx context.Context, inst driver.Instance, req driver.
 	}
 	defer ccli.Close()
 	img, err := ccli.ContainerCommit(dctx, tmp.ID, container.CommitOptions{
-		Comment: "agentsandbox snapshot of " + shortID(in.id),
+		Comment: "agentsandbox snapshot of " + shortID(req.Source),
 		Config: &container.Config{
-			Labels: engine.Labels("snapshot", map[string]string{"dev.agentsandbox.source": in.id}),
+			Labels: engine.Labels("snapshot", map[string]string{"dev.agentsandbox.source": req.Source}),
 		},
 	})
 	if err != nil {
-		return "", in.err("snapshot: commit", err)
+		return "", d.err("snapshot: commit", err)
 	}
 	if err := ctxErr(ctx, "snapshot: commit"); err != nil {
 		cli.ImageRemove(context.WithoutCancel(ctx), img.ID, image.RemoveOptions{})
 		return "", err
 	}
 	return img.ID, nil
-}
-
-// copyWorkdir streams the sandbox's working directory into snapshotDir of
-// container dst.
-func (in *instance) copyWorkdir(ctx context.Context, dst string, req driver.SnapshotRequest) error {
-	rc, err := copyFrom(ctx, in.cli, in.id, req.Workdir, req.Timeout)
-	if err != nil {
-		return in.err("snapshot: read workdir", err)
-	}
-	defer rc.Close()
-	pr, pw := io.Pipe()
-	rerr := make(chan error, 1)
-	go func() {
-		// Entries are named base(workdir)/...; move them under snapshotDir.
-		err := rebase(pw, rc, path.Base(req.Workdir), strings.TrimPrefix(snapshotDir, "/"), true, req.MaxBytes)
-		pw.CloseWithError(err)
-		rerr <- err
-	}()
-	err = copyTo(ctx, in.cli, dst, "/", pr, req.Timeout)
-	pr.CloseWithError(errors.New("aborted"))
-	rc.Close() // ends a rebase still reading
-	if e := <-rerr; errors.Is(e, driver.ErrTooLarge) {
-		return e
-	}
-	if err != nil {
-		return in.err("snapshot: write workdir", err)
-	}
-	return nil
-}
-
-// ReadSnapshot returns the snapshot's files, read from a never-started
-// container of its image (not from the sandbox being restored: the engine
-// locks a container while an archive is read from it). Closing the reader
-// removes that container.
-func (d *Driver) ReadSnapshot(ctx context.Context, id string, into driver.Instance, timeout time.Duration) (io.ReadCloser, error) {
-	cli, err := d.client(ctx)
-	if err != nil {
-		return nil, err
-	}
-	name := objectName("snapshot-read")
-	if in, ok := into.(*instance); ok {
-		name = in.name + "-restore" // named after the sandbox it fills
-	}
-	dctx, cancel := detached(ctx)
-	src, err := cli.ContainerCreate(dctx, &container.Config{
-		Image:      id,
-		Entrypoint: []string{"/bin/sh"},
-		Labels:     engine.Labels("snapshot-read", nil),
-	}, &container.HostConfig{NetworkMode: "none", LogConfig: container.LogConfig{Type: "none"}}, nil, nil, name)
-	cancel()
-	done := func() { d.removeHelper(ctx, cli, name, timeout) }
-	if err == nil {
-		err = ctxErr(ctx, "restore: create reader")
-	}
-	if err != nil {
-		done()
-		if engine.IsNotFound(err) {
-			return nil, fmt.Errorf("%w: snapshot %s is not on the engine at %s", driver.ErrImageNotFound, shortID(id), d.Host())
-		}
-		return nil, d.err("restore: create reader", err)
-	}
-	rc, err := copyFrom(ctx, cli, src.ID, snapshotDir, timeout)
-	if err != nil {
-		done()
-		return nil, d.err("restore: read snapshot", err)
-	}
-	pr, pw := io.Pipe()
-	go func() {
-		pw.CloseWithError(rebase(pw, rc, path.Base(snapshotDir), "", false, 0))
-	}()
-	return &snapReader{pr: pr, rc: rc, done: done}, nil
-}
-
-type snapReader struct {
-	pr   *io.PipeReader
-	rc   io.ReadCloser
-	done func()
-}
-
-func (r *snapReader) Read(p []byte) (int, error) { return r.pr.Read(p) }
-func (r *snapReader) Close() error {
-	r.pr.CloseWithError(errors.New("closed"))
-	r.rc.Close()
-	r.done()
-	return nil
 }
 
 // RemoveSnapshot deletes the snapshot's image.
@@ -214,20 +111,16 @@ func (d *Driver) RemoveSnapshot(ctx context.Context, id string) error {
 	return nil
 }
 
-// rebase copies a tar stream, renaming entries under from to be under to
-// ("" for the top). With parents, it first adds the directories leading to
-// to. With maxBytes > 0, file contents beyond maxBytes in all are an error
-// wrapping driver.ErrTooLarge.
-func rebase(w io.Writer, r io.Reader, from, to string, parents bool, maxBytes int64) error {
+// underDir copies a tar stream whose names are relative, moving every
+// entry (and hard links' targets) under dir, after entries for dir and
+// its parents.
+func underDir(w io.Writer, r io.Reader, dir string) error {
 	tr, tw := tar.NewReader(r), tar.NewWriter(w)
-	var total int64
-	if parents {
-		dir := ""
-		for _, part := range strings.Split(path.Dir(to), "/") {
-			dir = path.Join(dir, part)
-			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir + "/", Mode: 0o755, ModTime: time.Now()}); err != nil {
-				return err
-			}
+	parent := ""
+	for _, part := range strings.Split(dir, "/") {
+		parent = path.Join(parent, part)
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: parent + "/", Mode: 0o755, ModTime: time.Now()}); err != nil {
+			return err
 		}
 	}
 	for {
@@ -238,31 +131,12 @@ func rebase(w io.Writer, r io.Reader, from, to string, parents bool, maxBytes in
 		if err != nil {
 			return err
 		}
-		name := strings.TrimSuffix(hdr.Name, "/")
-		rest, ok := strings.CutPrefix(name, from)
-		if !ok || (rest != "" && rest[0] != '/') {
-			return fmt.Errorf("unexpected entry %q", hdr.Name)
-		}
-		rest = strings.TrimPrefix(rest, "/")
-		switch {
-		case rest == "" && to == "":
-			continue // the top directory itself: the destination exists
-		case to == "":
-			hdr.Name = rest
-		default:
-			hdr.Name = path.Join(to, rest)
-		}
+		hdr.Name = path.Join(dir, hdr.Name)
 		if hdr.Typeflag == tar.TypeDir {
 			hdr.Name += "/"
 		}
 		if hdr.Typeflag == tar.TypeLink {
-			if lrest, ok := strings.CutPrefix(hdr.Linkname, from+"/"); ok {
-				hdr.Linkname = path.Join(to, lrest)
-			}
-		}
-		if total += hdr.Size; maxBytes > 0 && total > maxBytes {
-			return fmt.Errorf("%w: snapshot: the working directory's files add up to more than %d bytes (the disk limit) at %q; sparse files count in full",
-				driver.ErrTooLarge, maxBytes, rest)
+			hdr.Linkname = path.Join(dir, hdr.Linkname)
 		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err

@@ -75,11 +75,6 @@ type Caps struct {
 type Spec struct {
 	// Image is the image the instance runs, as the engine names it.
 	Image string
-	// Snapshot, when not "", is a snapshot (see Snapshotter) the instance
-	// is restored from; a backend that keeps snapshots as images runs it
-	// instead of Image. The sandbox package fills the working directory
-	// from ReadSnapshot after Create.
-	Snapshot string
 	// Pull lets the backend fetch a missing image from its registry;
 	// without it a missing image is an error wrapping ErrImageNotFound.
 	Pull bool
@@ -190,28 +185,25 @@ type OOMReporter interface {
 	OOMKilled(ctx context.Context) bool
 }
 
-// Snapshotter is a Driver that stores snapshots of instances' working
-// directories.
+// Snapshotter is a Driver that can keep a snapshot as an object of the
+// engine's own (Docker: an image) that outlives the process and that the
+// engine's tools can tag and push. Sandboxes are not restored from it: the
+// sandbox package keeps every snapshot's content itself.
 type Snapshotter interface {
-	// Snapshot saves the working directory of inst, a running instance of
-	// this Driver, and returns the snapshot's ID. The files are consistent:
-	// nothing in the instance runs while they are read.
-	Snapshot(ctx context.Context, inst Instance, req SnapshotRequest) (string, error)
-	// ReadSnapshot returns the snapshot's files, to be restored into
-	// instance into (of this Driver), as a tar stream whose names are
-	// relative to the working directory.
-	ReadSnapshot(ctx context.Context, id string, into Instance, timeout time.Duration) (io.ReadCloser, error)
+	// CommitSnapshot saves req.Content on the engine as a snapshot made
+	// from req.Base and returns its ID there.
+	CommitSnapshot(ctx context.Context, req CommitRequest) (string, error)
 	// RemoveSnapshot deletes a snapshot; one that is gone already is not
 	// an error.
 	RemoveSnapshot(ctx context.Context, id string) error
 }
 
-// SnapshotRequest says what Snapshot saves.
-type SnapshotRequest struct {
-	Base     string        // the image the instance was made from
-	Workdir  string        // the working directory
-	MaxBytes int64         // bound on the files' contents (ErrTooLarge); 0 none
-	Timeout  time.Duration // as Spec.Timeout
+// CommitRequest is what CommitSnapshot saves.
+type CommitRequest struct {
+	Base    string        // the image the snapshot's sandbox was made from
+	Content io.Reader     // a tar archive of the working directory's contents, named relative to it
+	Source  string        // the ID of the instance it was taken from, for the record
+	Timeout time.Duration // as Spec.Timeout
 }
 
 // Errors a backend wraps. The sandbox package's sentinels of the same

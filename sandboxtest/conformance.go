@@ -53,9 +53,11 @@ import (
 //     unreachable directly), a credential added outside the sandbox
 //     (upstream sees it, the sandbox never does), Expose of a sandbox's
 //     port;
-//   - snapshot and fork: the working directory's files, modes and links in
-//     two forks, each its own; or, for a backend without snapshots, an
-//     error wrapping sandbox.ErrUnsupported.
+//   - snapshot and fork: the working directory's files, modes, links and
+//     a file its user closed to themselves in two forks, each its own; a
+//     process of the source stopped during the snapshot and running
+//     after it; a snapshot of a fork (a chain); forks restored into a
+//     Pool's sandboxes (WithPool).
 //
 // The image needs a POSIX shell with busybox's or coreutils' tools (sh,
 // head, tail, tr, wc, sleep, grep, ln) and, for the network subtests,
@@ -627,12 +629,18 @@ func (c conformance) snapshot(t *testing.T) {
 	sb := c.new(t)
 	ctx := ctxFor(t)
 	run(t, sb, `mkdir -p d/e && printf one > d/a && chmod 640 d/a && ln -s a d/link && ln d/a d/hard && printf two > 'new
-line'`)
-	sn, err := sb.Snapshot(ctx)
-	if errors.Is(err, sandbox.ErrUnsupported) {
-		t.Logf("no snapshots on this backend: %v", err)
-		return
+line' && printf shut > closed && chmod 000 closed`)
+	// A process that runs through the snapshot: stopped while the files
+	// are read, running again after.
+	tctx, stop := context.WithCancel(ctx)
+	defer stop()
+	ticker := sb.Command(tctx, "sh", "-c", "while :; do echo tick >> /tmp/ticks; sleep 0.02; done")
+	if err := ticker.Start(); err != nil {
+		t.Fatal(err)
 	}
+	defer ticker.Wait()
+	defer stop()
+	sn, err := sb.Snapshot(ctx)
 	if err != nil {
 		t.Fatalf("Snapshot: %v", err)
 	}
@@ -641,6 +649,10 @@ line'`)
 			t.Errorf("Remove: %v", err)
 		}
 	}()
+	n := strings.TrimSpace(run(t, sb, "wc -l < /tmp/ticks").Stdout)
+	if r := run(t, sb, `i=0; while [ $(wc -l < /tmp/ticks) -le `+n+` ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i+1)); done; echo $i`); r.Stdout == "500\n" {
+		t.Errorf("the source's process did not run on after the snapshot")
+	}
 	run(t, sb, "printf changed > d/a") // after the snapshot: not in it
 	forks, err := sn.Fork(ctx, 2)
 	if err != nil {
@@ -649,11 +661,11 @@ line'`)
 	for _, f := range forks {
 		t.Cleanup(func() { f.Close() })
 	}
-	const want = "one 640 a one two\n"
+	const files = `printf '%s %s %s %s %s %s\n' "$(cat d/a)" "$(stat -c %a d/a)" "$(readlink d/link)" "$(cat d/hard)" "$(cat 'new
+line')" "$(stat -c %a closed)"`
+	const want = "one 640 a one two 0\n"
 	for i, f := range forks {
-		got := run(t, f, `printf '%s %s %s %s %s\n' "$(cat d/a)" "$(stat -c %a d/a)" "$(readlink d/link)" "$(cat d/hard)" "$(cat 'new
-line')"`).Stdout
-		if got != want {
+		if got := run(t, f, files).Stdout; got != want {
 			t.Errorf("fork %d: %q, want %q", i, got, want)
 		}
 	}
@@ -663,6 +675,30 @@ line')"`).Stdout
 	}
 	if r := run(t, sb, "cat d/a"); r.Stdout != "changed" {
 		t.Errorf("the source after the snapshot: %q", r.Stdout)
+	}
+
+	// A chain: a snapshot of a fork, restored into sandboxes of a pool
+	// made with the source's options.
+	run(t, forks[1], "printf three > d/a")
+	sn2, err := forks[1].Snapshot(ctx)
+	if err != nil {
+		t.Fatalf("Snapshot of a fork: %v", err)
+	}
+	defer sn2.Remove(ctxFor(t))
+	pool, err := sandbox.NewPool(ctx, 2, c.opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	pooled, err := sn2.Fork(ctx, 2, sandbox.WithPool(pool))
+	if err != nil {
+		t.Fatalf("Fork(2) into a pool's sandboxes: %v", err)
+	}
+	for i, f := range pooled {
+		t.Cleanup(func() { f.Close() })
+		if got, want := run(t, f, files).Stdout, "three 640 a three two 0\n"; got != want {
+			t.Errorf("pooled fork %d of the chain: %q, want %q", i, got, want)
+		}
 	}
 }
 

@@ -33,14 +33,15 @@ type agent struct {
 	w   *wire.Writer
 	out io.Writer // what w writes to: a *batcher but in some tests
 
-	mu      sync.Mutex // guards the maps; held while starting and reaping
-	byChan  map[uint32]*proc
-	byPID   map[int]*proc
-	files   map[uint32]*fileOp
-	relays  map[uint32]*relay
-	nextTag uint32
-	tags    tagRange    // where tags come from
-	accepts chan *relay // Accept requests waiting for a connection; nil without a relay port
+	mu       sync.Mutex   // guards the maps; held while starting and reaping
+	freezing sync.RWMutex // held by a capture (write) and around starts (read)
+	byChan   map[uint32]*proc
+	byPID    map[int]*proc
+	files    map[uint32]*fileOp
+	relays   map[uint32]*relay
+	nextTag  uint32
+	tags     tagRange    // where tags come from
+	accepts  chan *relay // Accept requests waiting for a connection; nil without a relay port
 
 	fs      *workers  // run file operations as the sandbox user
 	oom     *oomScore // the agent's own oom_score_adj, raised around forks
@@ -272,6 +273,8 @@ func (a *agent) start(ch uint32, req wire.ExecRequest) {
 		Files: []uintptr{stdin, fds.child[0], fds.child[1]},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	}
+	a.freezing.RLock() // no command starts while the sandbox is frozen
+	defer a.freezing.RUnlock()
 	a.mu.Lock()
 	if _, dup := a.byChan[ch]; dup {
 		a.mu.Unlock()

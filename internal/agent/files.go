@@ -233,10 +233,12 @@ func (a *agent) runFile(op *fileOp, req wire.FileRequest) wire.FileResult {
 		})
 	case wire.Tar:
 		err = a.fs.as(id, func() error { return writeTar(out, p, req.Limit) })
+	case wire.Capture:
+		err = a.capture(id, p, req.Limit, out)
 	default:
 		err = fmt.Errorf("agent: unknown file operation %q", req.Op)
 	}
-	if req.Op == wire.Read || req.Op == wire.ReadDir || req.Op == wire.Tar {
+	if req.Op == wire.Read || req.Op == wire.ReadDir || req.Op == wire.Tar || req.Op == wire.Capture {
 		a.send(wire.Stdout, op.ch, nil) // end of output
 		res.Bytes = out.n
 	}
@@ -553,11 +555,42 @@ func writeTar(out io.Writer, p string, limit int64) error {
 	return tw.Close()
 }
 
+// writeTarContents is writeTar of the contents of directory p, named
+// relative to it (p itself is left out), for a snapshot: the setuid,
+// setgid and sticky bits are kept, and files and directories of owner
+// that its own permissions close to it (chmod 000) are opened for the
+// copy and given their modes back, so the sandbox's processes must be
+// stopped meanwhile (see capture).
+func writeTarContents(out io.Writer, p string, limit int64, owner uint32) error {
+	tw := tar.NewWriter(out)
+	t := &tarWalk{tw: tw, limit: limit, links: map[[2]uint64]string{}, owner: owner, capture: true}
+	if err := t.add(p, ""); err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
 type tarWalk struct {
-	tw    *tar.Writer
-	limit int64
-	bytes int64
-	links map[[2]uint64]string // device and inode of files with several links: first name
+	tw      *tar.Writer
+	limit   int64
+	bytes   int64
+	links   map[[2]uint64]string // device and inode of files with several links: first name
+	owner   uint32               // with capture: whose closed files may be opened
+	capture bool                 // see writeTarContents
+}
+
+// opened lets the owner in to a file or directory of theirs that they
+// closed to themselves, until the returned function gives it its mode
+// back.
+func (t *tarWalk) opened(p string, st *unix.Stat_t, need uint32) func() {
+	if !t.capture || st.Uid != t.owner || st.Mode&need == need {
+		return func() {}
+	}
+	mode := st.Mode & 0o7777
+	if unix.Chmod(p, mode|need) != nil {
+		return func() {}
+	}
+	return func() { unix.Chmod(p, mode) }
 }
 
 func (t *tarWalk) add(p, name string) error {
@@ -570,12 +603,18 @@ func (t *tarWalk) add(p, name string) error {
 		Name: name, Mode: int64(mode.Perm()), ModTime: unixTime(st.Mtim),
 		Uid: int(st.Uid), Gid: int(st.Gid), Format: tar.FormatPAX,
 	}
+	if t.capture {
+		hdr.Mode = int64(st.Mode & 0o7777)
+	}
 	switch {
 	case mode.IsDir():
 		hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
-		if err := t.tw.WriteHeader(hdr); err != nil {
-			return err
+		if name != "" { // "": the top of writeTarContents
+			if err := t.tw.WriteHeader(hdr); err != nil {
+				return err
+			}
 		}
+		defer t.opened(p, &st, 0o500)()
 		fd, err := open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
 		if err != nil {
 			return &fs.PathError{Op: "open", Path: p, Err: err}
@@ -587,7 +626,11 @@ func (t *tarWalk) add(p, name string) error {
 			return &fs.PathError{Op: "readdir", Path: p, Err: err}
 		}
 		for _, n := range names {
-			if err := t.add(path.Join(p, n), name+"/"+n); err != nil {
+			child := n
+			if name != "" {
+				child = name + "/" + n
+			}
+			if err := t.add(path.Join(p, n), child); err != nil {
 				return err
 			}
 		}
@@ -609,7 +652,9 @@ func (t *tarWalk) add(p, name string) error {
 			return t.tw.WriteHeader(hdr)
 		}
 	}
+	reclose := t.opened(p, &st, 0o400)
 	fd, err := open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
+	reclose()
 	if err != nil {
 		return &fs.PathError{Op: "open", Path: p, Err: err}
 	}

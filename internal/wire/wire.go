@@ -250,7 +250,8 @@ type FileOp string
 
 // File operations. Paths are absolute. Operations with input (Write,
 // Untar) take it in Stdin frames, acknowledged like a command's stdin, and
-// end it with CloseStdin; operations with output (Read, ReadDir, Tar) send
+// end it with CloseStdin; operations with output (Read, ReadDir, Tar,
+// Capture) send
 // it in Stdout frames under the same window as a command's output, then
 // an empty Stdout frame. Every one ends with Done (or Failed for a bad
 // request). A Kill frame aborts one.
@@ -283,6 +284,13 @@ const (
 	// Tar sends a tar archive of Path (as base(Path) and below), of at most
 	// Limit bytes of file contents.
 	Tar FileOp = "tar"
+	// Capture is a snapshot's: it stops every process of the sandbox but
+	// the agent (SIGSTOP), sends a tar archive of the contents of
+	// directory Path (named relative to it) of at most Limit bytes of file
+	// contents, including files the user closed to themselves, and resumes
+	// the processes it stopped (SIGCONT), also when it fails or is
+	// aborted. No command starts meanwhile.
+	Capture FileOp = "capture"
 )
 
 // FileRequest is a file operation. The agent runs it with the file system
