@@ -957,9 +957,9 @@ func TestFaultEngineCut(t *testing.T) {
 }
 
 // cutLeftovers reports what a sandbox whose engine went away left: its
-// container should end by itself (its attach stream is gone) unless it was
-// left paused (by a snapshot: its init is frozen, and only the engine can
-// end it, once the library reaches it again, at Close or Prune); its volume
+// container should end by itself (its attach stream is gone) unless it is
+// paused (its init is frozen, and only the engine can end it, once the
+// library reaches it again, at Close or Prune); its volume
 // the library could not remove. All are then removed through the real
 // socket.
 func cutLeftovers(t testing.TB, cli *client.Client, before inventory) {

@@ -603,16 +603,6 @@ func (s *Sandbox) goneWhy() string {
 	return s.why
 }
 
-// backendErr is the error of operation op that the backend failed: one
-// that says the instance is gone gets the reason (goneErr); the backend's
-// others say what failed already.
-func (s *Sandbox) backendErr(op string, err error) error {
-	if errors.Is(err, ErrSandboxGone) {
-		return s.goneErr(op, nil)
-	}
-	return err
-}
-
 // initErr is the error for a request to the sandbox's agent that failed:
 // the instance is gone, paused, or its agent does not answer.
 func (s *Sandbox) initErr(op string, err error) error {

@@ -35,7 +35,6 @@ type instance struct {
 	attach  types.HijackedResponse
 	stream  *stream
 	created time.Time
-	paused  sync.Mutex // held while a snapshot pauses the container
 }
 
 var (
