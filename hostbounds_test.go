@@ -123,9 +123,9 @@ du -sk sp`)
 }
 
 // TestHostBoundsSnapshot checks that a working directory whose sparse files
-// add up to more than the disk limit cannot become a snapshot layer larger
-// than the disk: Snapshot fails with ErrTooLarge, leaves no image or
-// and the sandbox runs on unpaused.
+// add up to more than the disk limit cannot become a snapshot larger than
+// the disk: Snapshot fails with ErrTooLarge, leaves no image, and the
+// sandbox runs on.
 func TestHostBoundsSnapshot(t *testing.T) {
 	t.Parallel()
 	sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{Disk: 64 << 20}))
