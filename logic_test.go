@@ -415,7 +415,7 @@ func TestUnitPoolSettings(t *testing.T) {
 		want   string
 	}{
 		{func(c *config) {}, ""},
-		{func(c *config) { c.pool = &Pool{}; c.logger = nil; c.snapshot = "sha256:x" }, ""}, // not settings of the sandbox
+		{func(c *config) { c.take = (&Pool{}).take; c.logger = nil; c.snapshot = "sha256:x" }, ""}, // not settings of the sandbox
 		{func(c *config) { c.base = "img:2" }, "image"},
 		{func(c *config) { c.limits.Memory++ }, "limits"},
 		{func(c *config) { c.user = "1000:1000" }, "user"},

@@ -250,7 +250,7 @@ func WithPool(p *Pool) Option {
 		if p == nil {
 			return errors.New("sandbox: WithPool: nil pool")
 		}
-		c.pool = p
+		c.take = p.take
 		return nil
 	}
 }

@@ -83,9 +83,9 @@ type config struct {
 	logger   *slog.Logger
 	host     string
 	driver   driver.Driver
-	snapshot string // set by Snapshot.New: the snapshot's ID
-	base     string // set by Snapshot.New: the image the snapshot was made from
-	pool     *Pool  // Snapshot.New: restore into one of its sandboxes (WithPool)
+	snapshot string                                           // set by Snapshot.New: the snapshot's ID
+	base     string                                           // set by Snapshot.New: the image the snapshot was made from
+	take     func(context.Context, *config) (*Sandbox, error) // WithPool: where Snapshot.New gets a started sandbox
 	network  NetworkPolicy
 	diskSet  bool // Limits.Disk was given, not the default
 	tmpSet   bool // Limits.TmpSize was given, not the default

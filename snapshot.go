@@ -112,7 +112,7 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
 	size = content.Size()
 	cfg := s.cfg
 	cfg.env = append([]string(nil), s.cfg.env...)
-	cfg.snapshot, cfg.base, cfg.pool = "", "", nil
+	cfg.snapshot, cfg.base, cfg.take = "", "", nil
 	return &Snapshot{content: content, cfg: cfg, base: s.base, source: s.id}, nil
 }
 
@@ -196,8 +196,8 @@ func (sn *Snapshot) start(ctx context.Context, opts []Option) (*Sandbox, error) 
 	cfg.image, cfg.snapshot, cfg.base = sn.base, sn.ID(), sn.base
 	var sb *Sandbox
 	var err error
-	if cfg.pool != nil {
-		sb, err = cfg.pool.take(ctx, &cfg)
+	if cfg.take != nil {
+		sb, err = cfg.take(ctx, &cfg)
 	} else {
 		sb, err = create(ctx, cfg)
 	}
