@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"runtime"
 	"sync"
 	"time"
 
@@ -49,7 +50,8 @@ const forkConcurrency = 8
 // (in os.TempDir, so under TMPDIR), of at most the source's disk limit of
 // file contents: it takes no engine time to make or to restore from, works
 // the same on every backend, and is gone when the snapshot is removed or
-// the process ends, however it ends. So a snapshot is restored only by the
+// the process ends, however it ends (or when the garbage collector finds
+// the Snapshot unreachable). So a snapshot is restored only by the
 // process that took it; Image saves a copy on the engine (Docker) that
 // outlives the process.
 type Snapshot struct {
@@ -113,7 +115,10 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
 	cfg := s.cfg
 	cfg.env = append([]string(nil), s.cfg.env...)
 	cfg.snapshot, cfg.base, cfg.take = "", "", nil
-	return &Snapshot{content: content, cfg: cfg, base: s.base, source: s.id}, nil
+	sn := &Snapshot{content: content, cfg: cfg, base: s.base, source: s.id}
+	// Forgotten without Remove: its file is closed with it.
+	runtime.AddCleanup(sn, func(b *blob.Blob) { b.Close() }, content)
+	return sn, nil
 }
 
 // snapshotBound is how many bytes of file contents a snapshot of the
