@@ -395,6 +395,9 @@ func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 	if err := s.startAgent(ctx); err != nil {
 		return nil, err
 	}
+	if caps, err := s.drv.Caps(ctx); err == nil && caps.KeepAlive > 0 {
+		go s.keepAlive(caps.KeepAlive)
+	}
 	if s.net != nil {
 		s.serveProxy()
 		if s.net.ca != nil {
@@ -500,6 +503,23 @@ func (s *Sandbox) startAgent(ctx context.Context) error {
 	}
 	s.oomSeen = int64(n)
 	return nil
+}
+
+// keepAlive pings the agent every period until its stream ends, for a
+// backend whose idle streams are cut (driver.Caps.KeepAlive).
+func (s *Sandbox) keepAlive(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.agent.Done():
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+			s.agent.Ping(ctx) // a failure shows in the next request
+			cancel()
+		}
+	}
 }
 
 func (s *Sandbox) baseEnv() []string {

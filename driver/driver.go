@@ -69,6 +69,10 @@ type Caps struct {
 	// Resources.Memory, so the sandbox package fits it in Memory beside
 	// /tmp and /dev/shm; another name ("ext4") is a disk of its own.
 	DiskFS string
+	// KeepAlive, if > 0, is how often the sandbox package pings each
+	// instance's agent, so that an idle stream is not cut by the engine
+	// (Kubernetes: the kubelet's streamingConnectionIdleTimeout).
+	KeepAlive time.Duration
 }
 
 // Spec is what an instance is made from.
@@ -183,6 +187,25 @@ const (
 // ended it (its agent, which the OOM killer takes last).
 type OOMReporter interface {
 	OOMKilled(ctx context.Context) bool
+}
+
+// Lister is a Driver that can list what the library made on its engine,
+// for tests that check nothing is left (sandboxtest.Owned).
+type Lister interface {
+	// Owned lists the objects that process pid on this host made through
+	// the library; pid 0 means this process. For another pid, the
+	// objects of every process that has had that pid since the host
+	// booted are listed.
+	Owned(ctx context.Context, pid int) ([]Object, error)
+}
+
+// Object is an engine object the library made.
+type Object struct {
+	Type  string // "container", "volume", "network", "image", "pod"
+	ID    string // the engine's ID (a volume's or pod's name)
+	Name  string // a container's, network's or pod's name; empty for others
+	Role  string // what the library made it for: "sandbox", "disk", "snapshot", ...
+	State string // a container's or pod's state ("running", "exited", ...); empty for others
 }
 
 // Snapshotter is a Driver that can keep a snapshot as an object of the

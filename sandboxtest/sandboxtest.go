@@ -23,12 +23,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/driver"
 	"github.com/agentsandbox/sandbox/internal/engine"
 )
 
@@ -69,6 +71,8 @@ func Main(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "sandboxtest:", err)
 		return 1
 	}
+	CloseIdleConnections() // Left's own
+
 	if err := goleak.Find(before); err != nil {
 		fmt.Fprintln(os.Stderr, "sandboxtest: goroutines left behind:", err)
 		return 1
@@ -87,17 +91,37 @@ func CloseIdleConnections() {
 
 // Left waits up to wait for the engine to hold no object made by this
 // process, and describes what remains if some do. An engine that cannot be
-// reached is an error too.
-func Left(wait time.Duration) error { return engine.Left(wait) }
+// reached is an error too. The engine is sandbox.DefaultDriver's if it can
+// list them (driver.Lister), else the one DOCKER_HOST names.
+func Left(wait time.Duration) error {
+	l, ok := sandbox.DefaultDriver.(driver.Lister)
+	if !ok {
+		return engine.Left(wait)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		objs, err := l.Owned(ctx, 0)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if len(objs) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			var names []string
+			for _, o := range objs {
+				names = append(names, fmt.Sprintf("%s %s (%s, %s)", o.Type, o.ID, o.Role, o.State))
+			}
+			return fmt.Errorf("left behind: %s", strings.Join(names, ", "))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
 
 // Object is an engine object the library made.
-type Object struct {
-	Type  string // "container", "volume", "network" or "image"
-	ID    string // the engine's ID (a volume's name)
-	Name  string // a container's or network's name; empty for others
-	Role  string // what the library made it for: "sandbox", "disk", "snapshot", ...
-	State string // a container's state ("running", "exited", ...); empty for others
-}
+type Object = driver.Object
 
 // Owned lists the containers (running or not), volumes, networks and
 // images that process pid on this host made through the library, on the
@@ -105,6 +129,9 @@ type Object struct {
 // objects of every process that has had that pid since the host booted are
 // listed. The order is by type, then ID.
 func Owned(ctx context.Context, pid int) ([]Object, error) {
+	if l, ok := sandbox.DefaultDriver.(driver.Lister); ok {
+		return l.Owned(ctx, pid)
+	}
 	cli, err := engine.Connect(ctx, "", 30*time.Second, "")
 	if err != nil {
 		return nil, fmt.Errorf("%w at %s: %v", sandbox.ErrEngineUnavailable, engine.Host(""), err)

@@ -30,6 +30,7 @@ import (
 	"bufio"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime"
@@ -57,7 +58,31 @@ func main() {
 	user := flag.String("user", "0:0", "the sandbox user, given the working directory (the current one)")
 	relayPort := flag.Int("relay", 0, "listen on this port of 127.0.0.1 for connections relayed to the library (0: none)")
 	drawn := flag.Bool("drawn", false, "the user is a random uid:gid of the sandbox's own: move it into the IDs a user namespace maps")
+	listenPath := flag.String("listen", "", "serve the library on the first connection to this unix socket; stdin only holds the sandbox alive (see pod.go)")
+	connectPath := flag.String("connect", "", "relay stdin and stdout to the agent's socket at this path, and exit (see pod.go)")
+	installPath := flag.String("install", "", "copy this program to this path, and exit (see pod.go)")
+	isolate := flag.Bool("isolate", false, "with -install: take every network interface but loopback down")
+	fsize := flag.Int64("fsize", 0, "RLIMIT_FSIZE for the agent and its commands (0: as given)")
+	nofile := flag.Int64("nofile", 0, "RLIMIT_NOFILE for the agent and its commands (0: as given)")
+	nproc := flag.Int64("nproc", 0, "RLIMIT_NPROC for the commands, whose user is drawn per sandbox (0: as given)")
+	keepEnv := flag.String("keepenv", "", "keep only these environment variables (comma-separated), removing those the engine adds (Kubernetes' service variables)")
 	flag.Parse()
+	if *keepEnv != "" {
+		onlyEnv(strings.Split(*keepEnv, ","))
+	}
+	if *installPath != "" || *connectPath != "" {
+		var err error
+		if *installPath != "" {
+			err = install(*installPath, *isolate)
+		} else {
+			err = connect(*connectPath)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "agent: %v\n", err)
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
 	uid, gid, err := ident.Resolve(*user, "/etc/passwd", "/etc/group")
 	var mapped uint64
 	if err == nil {
@@ -68,6 +93,9 @@ func main() {
 	}
 	if err == nil {
 		err = takeWorkdir(uid, gid)
+	}
+	if err == nil {
+		err = setRlimits(*fsize, *nofile, *nproc)
 	}
 	if err == nil {
 		err = harden()
@@ -95,10 +123,28 @@ func main() {
 		for range drop {
 		}
 	}()
-	// Larger pipes to and from the engine (containerd's FIFOs): fewer
-	// wake-ups per megabyte of a file or of output. Best effort.
-	for _, fd := range []int{0, 1} {
-		unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, 1<<20)
+	// The stream from and to the library, through the runtime's poller:
+	// no thread sits blocked in a read, so a frame that arrives wakes only
+	// the goroutine that waits for it. Larger pipes to and from the engine
+	// (containerd's FIFOs): fewer wake-ups per megabyte of a file or of
+	// output. Best effort.
+	var in io.Reader
+	var out io.Writer
+	if *listenPath != "" {
+		go tether(pollable(0, "stdin"))
+		c, err := listen(*listenPath)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "agent: %v\n", err)
+			os.Exit(2)
+		}
+		c.SetReadBuffer(1 << 20)
+		c.SetWriteBuffer(1 << 20)
+		in, out = c, c
+	} else {
+		for _, fd := range []int{0, 1} {
+			unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, 1<<20)
+		}
+		in, out = pollable(0, "stdin"), pollable(1, "stdout")
 	}
 	// One P: the agent mostly waits on its pipes and children, and with a
 	// second P every wake-up also wakes an idle thread to look for work
@@ -110,10 +156,6 @@ func main() {
 	if *lifetime > 0 {
 		time.AfterFunc(*lifetime, func() { os.Exit(0) })
 	}
-	// The stream from and to the library, through the runtime's poller:
-	// no thread sits blocked in a read, so a frame that arrives wakes only
-	// the goroutine that waits for it.
-	in, out := pollable(0, "stdin"), pollable(1, "stdout")
 	a := newAgent(newBatcher(out), startWorkers(fileWorkers), newOOMScore())
 	a.tags = tagsFor(mapped)
 	if *relayPort != 0 {
@@ -123,7 +165,7 @@ func main() {
 		}
 	}
 	go a.reap()
-	if err := a.w.WriteJSON(wire.Hello, 0, wire.Greeting{Version: version, PID: os.Getpid(), UID: uid, GID: gid, Limits: seenLimits()}); err != nil {
+	if err := a.w.WriteJSON(wire.Hello, 0, wire.Greeting{Version: version, PID: os.Getpid(), UID: uid, GID: gid, Limits: seenLimits(*nproc)}); err != nil {
 		os.Exit(0)
 	}
 	// Buffered: a frame's header and payload, and the frames that came

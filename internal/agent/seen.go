@@ -17,14 +17,21 @@ import (
 // resource limits say, so that the library can tell a limit it asked for
 // from one the engine did not apply (a rootless engine on cgroup v1
 // applies none).
-func seenLimits() wire.Seen {
-	return wire.Seen{
+// A process limit the agent put on its commands' user itself (nproc, as
+// RLIMIT_NPROC) counts as a PIDs limit where the cgroup has none or a
+// looser one.
+func seenLimits(nproc int64) wire.Seen {
+	s := wire.Seen{
 		CPUs:      cpuQuota(),
 		Memory:    cgroupValue("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory.max"),
 		PIDs:      cgroupValue("/sys/fs/cgroup/pids/pids.max", "/sys/fs/cgroup/pids.max"),
 		FileSize:  rlimit(unix.RLIMIT_FSIZE),
 		OpenFiles: rlimit(unix.RLIMIT_NOFILE),
 	}
+	if nproc > 0 && (s.PIDs <= 0 || s.PIDs > nproc) {
+		s.PIDs = nproc
+	}
+	return s
 }
 
 // noLimit is at or above what cgroup v1 reports for an unlimited memory

@@ -1,0 +1,254 @@
+//go:build linux
+
+package main
+
+// The agent's modes for engines whose main-process stream is logged or
+// cannot carry the library's frames (Kubernetes: a container's stdout is
+// always written to the pod log). There the pod runs:
+//
+//   - an init container: `agent -install=PATH [-isolate]` copies this
+//     program into a volume the sandbox's container shares, and with
+//     -isolate takes the pod's network interfaces down (the init
+//     container alone holds CAP_NET_ADMIN for it);
+//   - the sandbox's container: `agent -listen=PATH ...` serves the library
+//     on the first connection to a unix socket in that volume, its stdin
+//     (the engine's attach stream) only holding the sandbox alive;
+//   - an exec'd relay: `agent -connect=PATH` copies its stdin and stdout
+//     to and from that socket; the exec stream is not logged.
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// install copies the running program to dst (mode 0500, its directory
+// 0700: the agent's, out of a sandbox user's reach) and, with isolate,
+// takes every network interface but loopback down.
+func install(dst string, isolate bool) error {
+	if isolate {
+		if err := isolateNetwork(); err != nil {
+			return err
+		}
+	}
+	src, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dir := filepath.Dir(dst)
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	tmp := dst + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o500)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, src); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+// isolateNetwork removes every interface but loopback from the network
+// namespace (a pod's veth: the CNI plugin's teardown tolerates its
+// absence), or, where one cannot be removed, sets it down, which removes
+// its routes. A process without CAP_NET_ADMIN in the namespace can do
+// neither undo.
+func isolateNetwork() error {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return fmt.Errorf("isolate: %w", err)
+	}
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		if err := setDown(ifc.Name); err != nil {
+			return fmt.Errorf("isolate %q: setting it down: %w (does the init container have CAP_NET_ADMIN?)", ifc.Name, err)
+		}
+		if err := deleteLink(ifc.Index); err != nil && err != unix.EOPNOTSUPP {
+			return fmt.Errorf("isolate %q: removing it: %w", ifc.Name, err)
+		}
+	}
+	return nil
+}
+
+// setDown clears an interface's IFF_UP flag.
+func setDown(name string) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	req, err := unix.NewIfreq(name)
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, req); err != nil {
+		return err
+	}
+	req.SetUint16(req.Uint16() &^ unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, req)
+}
+
+// deleteLink removes interface index with an RTM_DELLINK request over
+// rtnetlink, and returns the kernel's answer.
+func deleteLink(index int) error {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	const hdr, body = unix.SizeofNlMsghdr, unix.SizeofIfInfomsg
+	msg := make([]byte, hdr+body)
+	*(*unix.NlMsghdr)(unsafe.Pointer(&msg[0])) = unix.NlMsghdr{Len: hdr + body, Type: unix.RTM_DELLINK,
+		Flags: unix.NLM_F_REQUEST | unix.NLM_F_ACK, Seq: 1}
+	*(*unix.IfInfomsg)(unsafe.Pointer(&msg[hdr])) = unix.IfInfomsg{Family: unix.AF_UNSPEC, Index: int32(index)}
+	if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return err
+	}
+	buf := make([]byte, 4096)
+	n, _, err := unix.Recvfrom(fd, buf, 0)
+	if err != nil {
+		return err
+	}
+	if n < hdr+4 || (*unix.NlMsghdr)(unsafe.Pointer(&buf[0])).Type != unix.NLMSG_ERROR {
+		return fmt.Errorf("rtnetlink: an answer of %d bytes that is no acknowledgement", n)
+	}
+	if code := *(*int32)(unsafe.Pointer(&buf[hdr])); code != 0 {
+		return unix.Errno(-code)
+	}
+	return nil
+}
+
+// connect relays stdin to the socket at path and the socket to stdout,
+// until either ends. It first makes itself untouchable and gives up every
+// capability: it runs, exec'd by the engine, beside sandbox code.
+func connect(path string) error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return err
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var none [2]unix.CapUserData
+	if _, _, errno := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&none[0])), 0); errno != 0 {
+		return fmt.Errorf("dropping capabilities: %w", errno)
+	}
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{}, 2)
+	go func() {
+		io.Copy(c, pollable(0, "stdin"))
+		c.CloseWrite() // the library closed the stream: the agent exits
+		done <- struct{}{}
+	}()
+	go func() {
+		io.Copy(pollable(1, "stdout"), c)
+		done <- struct{}{}
+	}()
+	<-done
+	return nil
+}
+
+// listen waits for the library's relay on the socket at path and returns
+// its connection; no other is ever accepted (the socket is removed). Only
+// root may connect: the relay runs as the container's user, root, and
+// commands do not run until the library, on this connection, starts them.
+func listen(path string) (*net.UnixConn, error) {
+	os.Remove(path)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	l.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o600); err != nil {
+		return nil, err
+	}
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			return nil, err
+		}
+		if uid, err := peerUID(c); err == nil && uid == 0 {
+			return c, nil
+		}
+		c.Close()
+	}
+}
+
+// peerUID returns the user ID of the process at the other end of c.
+func peerUID(c *net.UnixConn) (uint32, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if cerr != nil {
+		return 0, cerr
+	}
+	return cred.Uid, nil
+}
+
+// tether holds the sandbox alive while r (the engine's attach stream)
+// stays open: its bytes are keepalives, its end ends the agent.
+func tether(r io.Reader) {
+	io.Copy(io.Discard, r)
+	os.Exit(0)
+}
+
+// onlyEnv removes every environment variable but names: the kubelet adds
+// the API server's service variables (KUBERNETES_SERVICE_HOST, ...) to
+// every container, even with enableServiceLinks off.
+func onlyEnv(names []string) {
+	keep := make(map[string]bool, len(names))
+	for _, n := range names {
+		keep[n] = true
+	}
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); !keep[k] {
+			os.Unsetenv(k)
+		}
+	}
+}
+
+// setRlimits puts the limits a backend without per-container resource
+// limits asks for on the agent, whose commands inherit them. NPROC counts
+// the processes of a user ID on the whole kernel; the sandbox user is
+// drawn per sandbox, and the agent, as root, is not held to it.
+func setRlimits(fsize, nofile, nproc int64) error {
+	for _, l := range []struct {
+		which int
+		n     int64
+		name  string
+	}{{unix.RLIMIT_FSIZE, fsize, "fsize"}, {unix.RLIMIT_NOFILE, nofile, "nofile"}, {unix.RLIMIT_NPROC, nproc, "nproc"}} {
+		if l.n <= 0 {
+			continue
+		}
+		rl := unix.Rlimit{Cur: uint64(l.n), Max: uint64(l.n)}
+		if err := unix.Setrlimit(l.which, &rl); err != nil {
+			return fmt.Errorf("setrlimit %s %d: %w", l.name, l.n, err)
+		}
+	}
+	return nil
+}
