@@ -1,0 +1,230 @@
+// Package kubernetes runs the sandbox package's sandboxes on a Kubernetes
+// cluster: one Pod per sandbox, with the library's agent as its main
+// process, through client-go. It is a module of its own, so that client-go
+// never enters the core library's dependencies.
+//
+//	drv, err := kubernetes.New(kubernetes.Config{Namespace: "sandboxes"})
+//	...
+//	sb, err := sandbox.New(ctx, sandbox.WithDriver(drv), sandbox.WithImage("python:3.12-slim"))
+//
+// # The pod
+//
+// An init container from the agent's image (AgentImage; see WriteAgentImage
+// for how to publish it) copies the agent into an emptyDir and, unless the
+// sandbox has an open network, sets every network interface of the pod but
+// loopback down: it alone holds CAP_NET_ADMIN, so the sandbox's own
+// container never has it. The sandbox's container runs the user's image
+// with the agent as its main process: as root with only the capabilities
+// driver.AgentCaps, no privilege escalation, a read-only root file system,
+// the RuntimeDefault seccomp profile, no service-account token, no service
+// environment variables, no host namespaces, restartPolicy Never and
+// activeDeadlineSeconds of the Lifetime. The working directory, /tmp and
+// /dev/shm are memory-backed emptyDirs with a sizeLimit (a tmpfs of that
+// size: writing past it is ENOSPC), counted towards the memory limit.
+// WithRuntime sets runtimeClassName.
+//
+// # Streams
+//
+// The library's frames never pass through the pod's log: the agent serves
+// them on a unix socket in its emptyDir, reached by an exec'd relay (the
+// agent again, with no capabilities); pods/exec streams are not logged.
+// The container's attach stream is the owner's tether: its stdin is open
+// only while the library's attach lasts (stdinOnce), so when the owning
+// process closes the sandbox or dies the agent sees its stdin end and the
+// pod ends. A keepalive byte goes down the tether every Config.KeepAlive.
+//
+// # Limits
+//
+// CPUs and Memory are the container's limits; its requests are
+// Config.RequestFraction of them. The PIDs limit is not a pod setting in
+// Kubernetes (it is the kubelet's podPidsLimit, per node): the agent puts
+// it on the sandbox's user as RLIMIT_NPROC, which counts that user's
+// processes on the node — one per sandbox, as the library draws a user per
+// sandbox; a user given with sandbox.WithUser shares its count with other
+// sandboxes of that user on the node. FileSize and OpenFiles are the
+// agent's own resource limits, which commands inherit.
+//
+// # What a user grants
+//
+// In the namespace: pods (create, get, list, watch, delete), pods/attach
+// (create, get) and pods/exec (create, get). Nothing cluster-wide. The
+// namespace's Pod Security level must admit the pod: "baseline" rejects
+// NET_ADMIN of the init container (drop it with an open network only), so
+// network-less sandboxes need "privileged" there; the sandbox's container
+// itself fits "baseline".
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/agentsandbox/sandbox/driver"
+)
+
+// Config configures the backend. The zero value reads the kubeconfig as
+// kubectl does ($KUBECONFIG, then ~/.kube/config) or, in a pod, the
+// in-cluster configuration, and uses namespace "default".
+type Config struct {
+	// REST is a client configuration to use as is; Kubeconfig and
+	// Context are then ignored.
+	REST *rest.Config
+	// Kubeconfig is the path of a kubeconfig file ("": as kubectl).
+	Kubeconfig string
+	// Context is the kubeconfig's context to use ("": its current one).
+	Context string
+	// Namespace is where the sandboxes' pods are made ("": the
+	// kubeconfig context's namespace, else "default").
+	Namespace string
+	// AgentImage is the image the init container copies the agent from
+	// (default AgentImage()).
+	AgentImage string
+	// RequestFraction is the share of the CPU and memory limits a pod
+	// requests (0: 0.02). Sandboxes mostly wait for a model; 1 makes them
+	// Guaranteed.
+	RequestFraction float64
+	// NodeSelector restricts where sandboxes' pods run.
+	NodeSelector map[string]string
+	// KeepAlive is how often a byte goes down each sandbox's tether and
+	// a ping to its agent while the sandbox is idle (0: a minute), well
+	// under the kubelet's streamingConnectionIdleTimeout (4 h by default).
+	KeepAlive time.Duration
+}
+
+// Driver is the Kubernetes backend: a client of one cluster and
+// namespace. It is safe for concurrent use.
+type Driver struct {
+	cfg   Config
+	agent string // the agent image
+
+	once    sync.Once
+	rest    *rest.Config
+	http    *http.Client
+	cs      *k8s.Clientset
+	ns      string
+	initErr error
+
+	mu     sync.Mutex
+	failed map[string]bool // pods whose removal failed, for Prune
+}
+
+// New returns a backend for cfg. It does not reach the cluster; the first
+// sandbox does.
+func New(cfg Config) *Driver {
+	if cfg.RequestFraction <= 0 {
+		cfg.RequestFraction = 0.02
+	}
+	if cfg.KeepAlive <= 0 {
+		cfg.KeepAlive = time.Minute
+	}
+	agent := cfg.AgentImage
+	if agent == "" {
+		agent = AgentImage()
+	}
+	return &Driver{cfg: cfg, agent: agent, failed: map[string]bool{}}
+}
+
+// client connects on first use.
+func (d *Driver) client() (*k8s.Clientset, error) {
+	d.once.Do(func() {
+		rc, ns, err := d.restConfig()
+		if err != nil {
+			d.initErr = fmt.Errorf("%w: kubernetes: %v", driver.ErrUnavailable, err)
+			return
+		}
+		rc.QPS, rc.Burst = 200, 400 // a Fork or a pool fill makes pods at once
+		rc.UserAgent = "agentsandbox"
+		d.rest = rc
+		d.ns = ns
+		if d.http, d.initErr = rest.HTTPClientFor(rc); d.initErr == nil {
+			d.cs, d.initErr = k8s.NewForConfigAndClient(rc, d.http)
+		}
+	})
+	return d.cs, d.initErr
+}
+
+// Clientset returns the backend's client of the cluster.
+func (d *Driver) Clientset() (*k8s.Clientset, error) { return d.client() }
+
+// CloseIdleConnections closes the client's connections that no request
+// uses now.
+func (d *Driver) CloseIdleConnections() {
+	if _, err := d.client(); err == nil {
+		utilnet.CloseIdleConnectionsFor(d.http.Transport)
+	}
+}
+
+func (d *Driver) restConfig() (*rest.Config, string, error) {
+	ns := d.cfg.Namespace
+	if d.cfg.REST != nil {
+		if ns == "" {
+			ns = "default"
+		}
+		return rest.CopyConfig(d.cfg.REST), ns, nil
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = d.cfg.Kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: d.cfg.Context})
+	rc, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", err
+	}
+	if ns == "" {
+		if ns, _, err = cc.Namespace(); err != nil || ns == "" {
+			ns = "default"
+		}
+	}
+	return rc, ns, nil
+}
+
+// Namespace returns the namespace the sandboxes' pods are made in.
+func (d *Driver) Namespace() string {
+	d.client()
+	return d.ns
+}
+
+// Caps: the working directory is a tmpfs (a memory-backed emptyDir).
+func (d *Driver) Caps(context.Context) (driver.Caps, error) {
+	if _, err := d.client(); err != nil {
+		return driver.Caps{}, err
+	}
+	return driver.Caps{DiskFS: "tmpfs", KeepAlive: d.cfg.KeepAlive}, nil
+}
+
+// Close does nothing: client-go's connections are pooled by its transport.
+func (d *Driver) Close() error { return nil }
+
+// err wraps an API error in the driver's sentinels where one applies.
+func (d *Driver) err(op string, err error) error {
+	var ne net.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("kubernetes: %s: %w", op, err)
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("kubernetes: %s: %w (grant the library's user pods, pods/exec and pods/attach in namespace %s: see the package doc)", op, err, d.ns)
+	case apierrors.IsTimeout(err), apierrors.IsServerTimeout(err), errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("%w: %w: kubernetes: %s: %v", driver.ErrUnavailable, driver.ErrUnresponsive, op, err)
+	case apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err), errors.As(err, &ne), isConnErr(err):
+		return fmt.Errorf("%w: kubernetes: %s: %v", driver.ErrUnavailable, op, err)
+	}
+	return fmt.Errorf("kubernetes: %s: %w", op, err)
+}
+
+// isConnErr reports a failure to reach the API server at all.
+func isConnErr(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &op) || errors.As(err, &dns)
+}

@@ -1,0 +1,200 @@
+package kubernetes
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/agentsandbox/sandbox/driver"
+	"github.com/agentsandbox/sandbox/internal/engine"
+)
+
+const (
+	// agentDir is where the agent's emptyDir is mounted in both
+	// containers; the agent keeps it to itself (mode 0700).
+	agentDir    = "/.agentsandbox"
+	agentPath   = agentDir + "/agent"
+	agentSocket = agentDir + "/agent.sock"
+	// sandboxContainer is the name of the container sandbox code runs in.
+	sandboxContainer = "sandbox"
+	// annotationOwner holds engine.Owner(), which is no valid label value.
+	annotationOwner = engine.LabelOwner
+)
+
+// podFor is the pod a sandbox made from spec runs in.
+func (d *Driver) podFor(name, ns string, spec *driver.Spec) (*corev1.Pod, error) {
+	labels, annotations, err := splitLabels(engine.Labels("sandbox", spec.Labels))
+	if err != nil {
+		return nil, err
+	}
+	annotations[annotationOwner] = engine.Owner()
+	delete(labels, engine.LabelOwner)
+
+	r := spec.Resources
+	env := make([]corev1.EnvVar, 0, len(spec.Env))
+	names := make([]string, 0, len(spec.Env))
+	for _, kv := range spec.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		if strings.Contains(k, ",") {
+			return nil, fmt.Errorf("kubernetes: environment variable %q: a name with a comma is not supported", k)
+		}
+		env = append(env, corev1.EnvVar{Name: k, Value: v})
+		names = append(names, k)
+	}
+	// The agent keeps only these: the kubelet adds service variables.
+	args := append([]string{agentPath, "-listen=" + agentSocket, "-keepenv=" + strings.Join(names, ",")}, spec.Agent...)
+	for _, l := range []struct {
+		flag string
+		n    int64
+	}{{"fsize", r.FileSize}, {"nofile", r.OpenFiles}, {"nproc", r.PIDs}} {
+		if l.n > 0 {
+			args = append(args, fmt.Sprintf("-%s=%d", l.flag, l.n))
+		}
+	}
+	isolate := spec.Network == driver.NetworkNone
+	install := []string{"/agent", "-install=" + agentPath}
+	initCaps := []corev1.Capability{}
+	if isolate {
+		install = append(install, "-isolate")
+		initCaps = append(initCaps, "NET_ADMIN")
+	}
+	agentCaps := make([]corev1.Capability, len(driver.AgentCaps))
+	for i, c := range driver.AgentCaps {
+		agentCaps[i] = corev1.Capability(c)
+	}
+	pull := corev1.PullNever
+	if spec.Pull {
+		pull = corev1.PullIfNotPresent
+	}
+	limits, requests := d.resources(r)
+	agentMount := corev1.VolumeMount{Name: "agent", MountPath: agentDir}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: annotations},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  ptr(false),
+			EnableServiceLinks:            ptr(false),
+			TerminationGracePeriodSeconds: ptr(int64(0)),
+			NodeSelector:                  d.cfg.NodeSelector,
+			// Spread the library's pods over the nodes, where they fit.
+			TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+				MaxSkew:           1,
+				TopologyKey:       "kubernetes.io/hostname",
+				WhenUnsatisfiable: corev1.ScheduleAnyway,
+				LabelSelector:     &metav1.LabelSelector{MatchLabels: map[string]string{engine.LabelManaged: "true"}},
+			}},
+			SecurityContext: &corev1.PodSecurityContext{
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			InitContainers: []corev1.Container{{
+				Name:            "agent",
+				Image:           d.agent,
+				ImagePullPolicy: corev1.PullIfNotPresent,
+				Command:         install,
+				SecurityContext: securityContext(initCaps),
+				VolumeMounts:    []corev1.VolumeMount{agentMount},
+				Resources:       corev1.ResourceRequirements{Limits: limits, Requests: requests},
+			}},
+			Containers: []corev1.Container{{
+				Name:                     sandboxContainer,
+				Image:                    spec.Image,
+				ImagePullPolicy:          pull,
+				Command:                  args,
+				WorkingDir:               spec.Workdir,
+				Env:                      env,
+				Stdin:                    true,
+				StdinOnce:                true,
+				SecurityContext:          securityContext(agentCaps),
+				Resources:                corev1.ResourceRequirements{Limits: limits, Requests: requests},
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+				VolumeMounts: []corev1.VolumeMount{agentMount,
+					{Name: "workdir", MountPath: spec.Workdir},
+					{Name: "tmp", MountPath: "/tmp"},
+					{Name: "shm", MountPath: "/dev/shm"},
+				},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "agent", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				memoryVolume("workdir", r.Disk),
+				memoryVolume("tmp", r.TmpSize),
+				memoryVolume("shm", r.TmpSize),
+			},
+		},
+	}
+	if r.Lifetime > 0 {
+		// The agent ends the sandbox at its Lifetime; the deadline ends a
+		// pod whose agent did not (a second later, counted from the pod's
+		// start, which is before the agent's).
+		pod.Spec.ActiveDeadlineSeconds = ptr(int64(r.Lifetime.Seconds()) + 2)
+	}
+	if spec.Runtime != "" {
+		pod.Spec.RuntimeClassName = ptr(spec.Runtime)
+	}
+	return pod, nil
+}
+
+// securityContext runs a container as root with only caps and no way to
+// more, on a read-only root file system.
+func securityContext(caps []corev1.Capability) *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsUser:                ptr(int64(0)),
+		RunAsGroup:               ptr(int64(0)),
+		RunAsNonRoot:             ptr(false),
+		Privileged:               ptr(false),
+		AllowPrivilegeEscalation: ptr(false),
+		ReadOnlyRootFilesystem:   ptr(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: caps},
+	}
+}
+
+// memoryVolume is a tmpfs of size bytes (none: unsized, bounded by the
+// pod's memory limit).
+func memoryVolume(name string, size int64) corev1.Volume {
+	ed := &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}
+	if size > 0 {
+		ed.SizeLimit = resource.NewQuantity(size, resource.BinarySI)
+	}
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: ed}}
+}
+
+// resources are the container's limits and its requests (a fraction of
+// them, at least a millicore and a mebibyte).
+func (d *Driver) resources(r driver.Resources) (limits, requests corev1.ResourceList) {
+	limits, requests = corev1.ResourceList{}, corev1.ResourceList{}
+	f := d.cfg.RequestFraction
+	if r.CPUs > 0 {
+		limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(r.CPUs*1000+0.5), resource.DecimalSI)
+		requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(1, int64(r.CPUs*1000*f)), resource.DecimalSI)
+	} else {
+		requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(10, resource.DecimalSI)
+	}
+	if r.Memory > 0 {
+		limits[corev1.ResourceMemory] = *resource.NewQuantity(r.Memory, resource.BinarySI)
+		requests[corev1.ResourceMemory] = *resource.NewQuantity(max(1<<20, int64(float64(r.Memory)*f)), resource.BinarySI)
+	}
+	return limits, requests
+}
+
+// splitLabels keeps labels Kubernetes accepts as labels, and those whose
+// value it does not accept (a snapshot's "sha256:…") as annotations. A key
+// it does not accept is an error.
+func splitLabels(in map[string]string) (labels, annotations map[string]string, err error) {
+	labels, annotations = map[string]string{}, map[string]string{}
+	for k, v := range in {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return nil, nil, fmt.Errorf("kubernetes: label %q: %s", k, strings.Join(errs, "; "))
+		}
+		if len(validation.IsValidLabelValue(v)) > 0 {
+			annotations[k] = v
+			continue
+		}
+		labels[k] = v
+	}
+	return labels, annotations, nil
+}
+
+func ptr[T any](v T) *T { return &v }
