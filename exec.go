@@ -53,7 +53,8 @@ type Cmd struct {
 	// closed at its end. If nil, the command reads no input (EOF).
 	Stdin io.Reader
 	// Stdout and Stderr receive the command's output as it is produced, kept
-	// apart. If nil, the output is discarded.
+	// apart. If nil, the output is discarded. If they are the same writer
+	// (==), at most one goroutine at a time calls its Write, as in os/exec.
 	Stdout io.Writer
 	Stderr io.Writer
 
@@ -324,8 +325,13 @@ func (c *Cmd) Start() error {
 	c.copyDone = make(chan error, 1)
 	c.killed = make(chan struct{})
 	c.watchDone = make(chan struct{})
-	stdout := &countWriter{w: orDiscard(c.Stdout), n: &c.stdoutN}
-	stderr := &countWriter{w: orDiscard(c.Stderr), n: &c.stderrN}
+	outW, errW := orDiscard(c.Stdout), orDiscard(c.Stderr)
+	if c.Stdout != nil && sameWriter(c.Stdout, c.Stderr) {
+		lw := &lockedWriter{w: c.Stdout}
+		outW, errW = lw, lw
+	}
+	stdout := &countWriter{w: outW, n: &c.stdoutN}
+	stderr := &countWriter{w: errW, n: &c.stderrN}
 	go func() {
 		var wg sync.WaitGroup
 		var errs [2]error
@@ -583,6 +589,30 @@ type countWriter struct {
 func (c *countWriter) Write(b []byte) (int, error) {
 	c.n.add(len(b))
 	return c.w.Write(b)
+}
+
+// sameWriter reports a == b, false where the writers' types cannot be
+// compared.
+func sameWriter(a, b io.Writer) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
+}
+
+// lockedWriter serialises the writes of a command's two streams into one
+// writer.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
 
 func orDiscard(w io.Writer) io.Writer {

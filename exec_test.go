@@ -1356,3 +1356,22 @@ func TestCmdProcessState(t *testing.T) {
 		t.Logf("ProcessState: %v", ps)
 	}
 }
+
+// plainCounter is a writer that is not safe for concurrent use.
+type plainCounter struct{ n int }
+
+func (c *plainCounter) Write(p []byte) (int, error) { c.n += len(p); return len(p), nil }
+
+// Stdout and Stderr the same writer: its Write is called by one goroutine
+// at a time, as os/exec does (the race detector checks), and every byte of
+// both streams arrives.
+func TestCmdSameWriter(t *testing.T) {
+	t.Parallel()
+	sb := newSandbox(t)
+	cmd := sb.Command(context.Background(), "sh", "-c", "head -c 3000000 /dev/zero & head -c 2000000 /dev/zero >&2; wait")
+	var w plainCounter
+	cmd.Stdout, cmd.Stderr = &w, &w
+	if err := cmd.Run(); err != nil || w.n != 5000000 {
+		t.Errorf("Run: %v, %d bytes; want 5000000", err, w.n)
+	}
+}
