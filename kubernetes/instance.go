@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
@@ -16,9 +17,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
 
 	"github.com/agentsandbox/sandbox/driver"
 )
@@ -200,11 +203,13 @@ func (in *instance) attach(ctx context.Context, stderr io.Writer) error {
 	if stderr == nil {
 		stderr = io.Discard
 	}
+	ended := make(chan struct{})
 	in.wg.Add(2)
 	go func() {
 		defer in.wg.Done()
 		ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: pr, Stderr: stderr})
 		pr.Close()
+		close(ended)
 	}()
 	go func() { // keepalives, so that the idle tether is not cut
 		defer in.wg.Done()
@@ -212,7 +217,7 @@ func (in *instance) attach(ctx context.Context, stderr io.Writer) error {
 		defer t.Stop()
 		for {
 			select {
-			case <-ctx.Done():
+			case <-ended:
 				return
 			case <-t.C:
 				if _, err := pw.Write([]byte{0}); err != nil {
@@ -251,14 +256,60 @@ func (in *instance) exec(ctx context.Context) (*stream, error) {
 }
 
 // executor streams over SPDY, which every API server and kubelet speaks.
-// (client-go's WebSocket executor leaves a heartbeat goroutine behind
-// each stream for a while, and logs a closed stream as an error.)
+// Closing its connection resets the streams still open (see resetting).
+// (client-go's WebSocket executor leaves its heartbeat goroutine behind a
+// closed stream until the next ping fails, and logs that as an error.)
 func (d *Driver) executor(u string) (remotecommand.Executor, error) {
 	url, err := url.Parse(u)
 	if err != nil {
 		return nil, err
 	}
-	return remotecommand.NewSPDYExecutor(d.rest, "POST", url)
+	rt, up, err := spdy.RoundTripperFor(d.rest)
+	if err != nil {
+		return nil, err
+	}
+	return remotecommand.NewSPDYExecutorForTransports(rt, resetting{up}, "POST", url)
+}
+
+// resetting makes connections that reset their streams when closed: a
+// stream the server has not closed its half of (stdin, whose end the
+// server never answers) would otherwise keep the connection, and a
+// goroutine of spdystream's waiting on it, until the server drops it.
+type resetting struct{ spdy.Upgrader }
+
+func (r resetting) NewConnection(resp *http.Response) (httpstream.Connection, error) {
+	c, err := r.Upgrader.NewConnection(resp)
+	if err != nil {
+		return nil, err
+	}
+	return &resetConn{Connection: c}, nil
+}
+
+type resetConn struct {
+	httpstream.Connection
+	mu      sync.Mutex
+	streams []httpstream.Stream
+}
+
+func (c *resetConn) CreateStream(h http.Header) (httpstream.Stream, error) {
+	s, err := c.Connection.CreateStream(h)
+	if err == nil {
+		c.mu.Lock()
+		c.streams = append(c.streams, s)
+		c.mu.Unlock()
+	}
+	return s, err
+}
+
+func (c *resetConn) Close() error {
+	c.mu.Lock()
+	streams := c.streams
+	c.streams = nil
+	c.mu.Unlock()
+	for _, s := range streams {
+		s.Reset()
+	}
+	return c.Connection.Close()
 }
 
 func (in *instance) ID() string            { return in.name }
