@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -134,11 +135,39 @@ func deleteLink(index int) error {
 	return nil
 }
 
+// relayID is the user and group the exec'd relay runs as once connected:
+// no command's (not even a root one's, which has no CAP_KILL) can signal
+// it.
+const relayID = 1<<31 - 3
+
 // connect relays stdin to the socket at path and the socket to stdout,
-// until either ends. It first makes itself untouchable and gives up every
-// capability: it runs, exec'd by the engine, beside sandbox code.
+// until either ends. It runs, exec'd by the engine, beside sandbox code:
+// it makes itself non-dumpable, connects (as root: the socket is root's),
+// then becomes relayID, which leaves it no capability.
 func connect(path string) error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return err
+	}
+	var c *net.UnixConn
+	var err error
+	// The agent makes its socket as it starts: a relay started at once
+	// may be a moment early.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err = net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := syscall.Setgroups(nil); err != nil {
+		return err
+	}
+	if err := syscall.Setresgid(relayID, relayID, relayID); err != nil {
+		return err
+	}
+	if err := syscall.Setresuid(relayID, relayID, relayID); err != nil {
 		return err
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
@@ -146,10 +175,7 @@ func connect(path string) error {
 	if _, _, errno := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&none[0])), 0); errno != 0 {
 		return fmt.Errorf("dropping capabilities: %w", errno)
 	}
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		return err
-	}
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) // a change of IDs resets it
 	done := make(chan struct{}, 2)
 	go func() {
 		io.Copy(c, pollable(0, "stdin"))
