@@ -89,7 +89,7 @@ func barePodAttach(ctx context.Context) error {
 	w.Stop()
 	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(name).SubResource("attach").
 		VersionedParams(&corev1.PodAttachOptions{Container: "c", Stdin: true, Stdout: true}, scheme.ParameterCodec)
-	ex, err := remotecommand.NewSPDYExecutor(restConfig, "POST", req.URL())
+	ex, err := drv.Executor(req.URL().String())
 	if err != nil {
 		return err
 	}
@@ -134,7 +134,7 @@ func BenchmarkBareExec(b *testing.B) {
 	for b.Loop() {
 		req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(drv.Namespace()).Name(sb.ID()).SubResource("exec").
 			VersionedParams(&corev1.PodExecOptions{Container: "sandbox", Command: []string{"true"}, Stdout: true, Stderr: true}, scheme.ParameterCodec)
-		ex, err := remotecommand.NewSPDYExecutor(restConfig, "POST", req.URL())
+		ex, err := drv.Executor(req.URL().String())
 		if err != nil {
 			b.Fatal(err)
 		}

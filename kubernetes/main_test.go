@@ -14,8 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8s "k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/images"
@@ -38,7 +36,6 @@ var (
 	busyboxImage string
 	drv          *kubernetes.Driver
 	cs           *k8s.Clientset // the backend's client, for asking the cluster
-	restConfig   *rest.Config   // for the benchmarks' bare streams
 	nodeNames    []string       // the cluster's nodes, sorted
 )
 
@@ -118,8 +115,7 @@ func setupOn(dev bool) error {
 	if len(nodeNames) < 2 {
 		return fmt.Errorf("the cluster has nodes %v: the tests need two", nodeNames)
 	}
-	restConfig, err = clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
-	return err
+	return nil
 }
 
 // loadImages puts the agent's image and the test images into the nodes.

@@ -125,7 +125,9 @@ type Object = driver.Object
 
 // Owned lists the containers (running or not), volumes, networks and
 // images that process pid on this host made through the library, on the
-// engine DOCKER_HOST names; pid 0 means this process. For another pid, the
+// engine DOCKER_HOST names — or, if sandbox.DefaultDriver can list them
+// (driver.Lister, as the Kubernetes backend's pods), on its engine; pid 0
+// means this process. For another pid, the
 // objects of every process that has had that pid since the host booted are
 // listed. The order is by type, then ID.
 func Owned(ctx context.Context, pid int) ([]Object, error) {

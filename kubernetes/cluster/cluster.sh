@@ -147,7 +147,7 @@ pid_alive() {
 # A live process of this cluster: every daemon's command line names $DIR. (A
 # pid file that survived a reboot may name somebody else's process now.)
 our_pid() {
-	pid_alive "$1" && [[ $(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) == *"$DIR/"* ]]
+	pid_alive "$1" && [[ $({ tr '\0' ' ' <"/proc/$1/cmdline"; } 2>/dev/null) == *"$DIR/"* ]]
 }
 
 # start_daemon NAME NETNS COMMAND...: run COMMAND detached in its own session
@@ -506,7 +506,7 @@ cluster_pids() {
 	{ find /proc/[0-9]* -maxdepth 1 -name exe \( -lname "$BIN/*" -o -lname "$ROOTFS/*" \) 2>/dev/null || true; } |
 		while read -r exe; do
 			p=${exe%/exe}
-			[[ $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) == *"$DIR/"* ]] || continue
+			[[ $({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) == *"$DIR/"* ]] || continue
 			echo "${p#/proc/}"
 		done
 }
