@@ -113,7 +113,9 @@
 // package and in the library's agent, each sandbox's main process; the
 // backend makes the instance, hands over the agent's stream, reports its
 // state and removes it. Package docker is the Docker backend, and Podman's
-// through its Docker-compatible API. Without WithDriver, sandboxes use
+// through its Docker-compatible API; module
+// github.com/agentsandbox/sandbox/kubernetes is the Kubernetes backend (one
+// pod per sandbox, through client-go). Without WithDriver, sandboxes use
 // DefaultDriver, the Docker engine of DOCKER_HOST (or the local socket),
 // whose connection they share; give many sandboxes of another engine one
 // driver:

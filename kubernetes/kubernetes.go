@@ -201,8 +201,12 @@ func (d *Driver) Caps(context.Context) (driver.Caps, error) {
 	return driver.Caps{DiskFS: "tmpfs", KeepAlive: d.cfg.KeepAlive}, nil
 }
 
-// Close does nothing: client-go's connections are pooled by its transport.
-func (d *Driver) Close() error { return nil }
+// Close closes the client's idle connections. Sandboxes already made keep
+// running until closed; the Driver may still be used.
+func (d *Driver) Close() error {
+	d.CloseIdleConnections()
+	return nil
+}
 
 // err wraps an API error in the driver's sentinels where one applies.
 func (d *Driver) err(op string, err error) error {
