@@ -49,7 +49,8 @@ import (
 //   - hardening, seen from inside: a non-root user with no capabilities,
 //     no_new_privs, a seccomp filter, a read-only root file system, no
 //     engine socket, an agent the sandbox's root cannot kill;
-//   - network: none by default (a host listener unreachable), an
+//   - network: none by default (loopback the only interface up, no route,
+//     a host listener unreachable), an
 //     allow-list through the proxy (allowed, refused, the host still
 //     unreachable directly), a credential added outside the sandbox
 //     (upstream sees it, the sandbox never does), Expose of a sandbox's
@@ -565,8 +566,17 @@ while True:
 
 func (c conformance) networkNone(t *testing.T) {
 	sb := c.new(t)
-	if r := run(t, sb, "ls /sys/class/net"); r.Stdout != "lo\n" {
-		t.Errorf("interfaces of a sandbox with no network: %q, want lo alone", r.Stdout)
+	// Loopback alone, or other interfaces down (a pod's, which the
+	// Kubernetes backend takes down): no route out either way.
+	r := run(t, sb, `for i in /sys/class/net/*; do n=${i##*/}; [ "$n" = lo ] || echo "$n $(cat $i/operstate)"; done; echo routes $(($(wc -l < /proc/net/route) - 1))`)
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if lines[len(lines)-1] != "routes 0" {
+		t.Errorf("a sandbox with no network has IPv4 routes: %q %q", r.Stdout, r.Stderr)
+	}
+	for _, l := range lines[:len(lines)-1] {
+		if !strings.HasSuffix(l, " down") {
+			t.Errorf("a sandbox with no network has an interface up: %q", l)
+		}
 	}
 	addr, n := hostListener(t)
 	if code, body := get(t, sb, "http://"+addr+"/", false); code != 0 {

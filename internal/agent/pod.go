@@ -63,11 +63,11 @@ func install(dst string, isolate bool) error {
 	return os.Rename(tmp, dst)
 }
 
-// isolateNetwork removes every interface but loopback from the network
-// namespace (a pod's veth: the CNI plugin's teardown tolerates its
-// absence), or, where one cannot be removed, sets it down, which removes
-// its routes. A process without CAP_NET_ADMIN in the namespace can do
-// neither undo.
+// isolateNetwork sets every interface but loopback down, which removes
+// their routes: nothing leaves the network namespace. A process without
+// CAP_NET_ADMIN in the namespace cannot set one up again. (Not removed:
+// tearing a pod's veth down under its CNI plugin costs the kernel more,
+// and a down interface carries nothing.)
 func isolateNetwork() error {
 	ifs, err := net.Interfaces()
 	if err != nil {
@@ -79,9 +79,6 @@ func isolateNetwork() error {
 		}
 		if err := setDown(ifc.Name); err != nil {
 			return fmt.Errorf("isolate %q: setting it down: %w (does the init container have CAP_NET_ADMIN?)", ifc.Name, err)
-		}
-		if err := deleteLink(ifc.Index); err != nil && err != unix.EOPNOTSUPP {
-			return fmt.Errorf("isolate %q: removing it: %w", ifc.Name, err)
 		}
 	}
 	return nil
@@ -103,36 +100,6 @@ func setDown(name string) error {
 	}
 	req.SetUint16(req.Uint16() &^ unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, req)
-}
-
-// deleteLink removes interface index with an RTM_DELLINK request over
-// rtnetlink, and returns the kernel's answer.
-func deleteLink(index int) error {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	const hdr, body = unix.SizeofNlMsghdr, unix.SizeofIfInfomsg
-	msg := make([]byte, hdr+body)
-	*(*unix.NlMsghdr)(unsafe.Pointer(&msg[0])) = unix.NlMsghdr{Len: hdr + body, Type: unix.RTM_DELLINK,
-		Flags: unix.NLM_F_REQUEST | unix.NLM_F_ACK, Seq: 1}
-	*(*unix.IfInfomsg)(unsafe.Pointer(&msg[hdr])) = unix.IfInfomsg{Family: unix.AF_UNSPEC, Index: int32(index)}
-	if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return err
-	}
-	buf := make([]byte, 4096)
-	n, _, err := unix.Recvfrom(fd, buf, 0)
-	if err != nil {
-		return err
-	}
-	if n < hdr+4 || (*unix.NlMsghdr)(unsafe.Pointer(&buf[0])).Type != unix.NLMSG_ERROR {
-		return fmt.Errorf("rtnetlink: an answer of %d bytes that is no acknowledgement", n)
-	}
-	if code := *(*int32)(unsafe.Pointer(&buf[hdr])); code != 0 {
-		return unix.Errno(-code)
-	}
-	return nil
 }
 
 // relayID is the user and group the exec'd relay runs as once connected:
