@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"strings"
 	"sync"
@@ -17,11 +16,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
-	"k8s.io/client-go/transport/spdy"
 
 	"github.com/agentsandbox/sandbox/driver"
 )
@@ -87,7 +84,7 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (driver.Instance
 	if err := in.attach(sctx, spec.Stderr); err != nil {
 		return fail(err)
 	}
-	in.relay, err = in.exec(sctx)
+	in.relay, err = in.exec(sctx, spec.Stderr)
 	if err != nil {
 		return fail(err)
 	}
@@ -207,9 +204,19 @@ func (in *instance) attach(ctx context.Context, stderr io.Writer) error {
 	in.wg.Add(2)
 	go func() {
 		defer in.wg.Done()
-		ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: pr, Stderr: stderr})
-		pr.Close()
+		err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: pr, Stderr: stderr})
+		// The executor's stdin copy may outlive it: end its input rather
+		// than close it under it (which client-go logs as an error).
+		pw.Close()
 		close(ended)
+		if err != nil && ctx.Err() == nil {
+			// No tether: the sandbox would outlive its owner. End it,
+			// saying why where the library looks.
+			fmt.Fprintln(stderr, in.d.err("the tether (pods/attach)", err))
+			dctx, cancel := context.WithTimeout(context.Background(), in.timeout)
+			in.d.deletePod(dctx, in.name)
+			cancel()
+		}
 	}()
 	go func() { // keepalives, so that the idle tether is not cut
 		defer in.wg.Done()
@@ -230,7 +237,7 @@ func (in *instance) attach(ctx context.Context, stderr io.Writer) error {
 }
 
 // exec starts the relay and returns its stream.
-func (in *instance) exec(ctx context.Context) (*stream, error) {
+func (in *instance) exec(ctx context.Context, stderr io.Writer) (*stream, error) {
 	req := in.d.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(in.d.ns).Name(in.name).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
 			Container: sandboxContainer,
@@ -246,70 +253,31 @@ func (in *instance) exec(ctx context.Context) (*stream, error) {
 	go func() {
 		defer in.wg.Done()
 		err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: s.stdinR, Stdout: s.stdoutW, Stderr: io.Discard})
-		if err != nil {
-			err = fmt.Errorf("%w: kubernetes: the relay's exec stream: %v", driver.ErrGone, err)
+		if err != nil && ctx.Err() == nil {
+			// Said where the library looks for why an agent did not
+			// start (RBAC: no pods/exec, say).
+			err = in.d.err("the agent's relay (pods/exec)", err)
+			if stderr != nil {
+				fmt.Fprintln(stderr, err)
+			}
+			err = fmt.Errorf("%w: %v", driver.ErrGone, err)
 		}
 		s.stdoutW.CloseWithError(err)
-		s.stdinR.Close()
+		s.stdinW.Close() // as for the tether
+
 	}()
 	return s, nil
 }
 
 // executor streams over SPDY, which every API server and kubelet speaks.
-// Closing its connection resets the streams still open (see resetting).
 // (client-go's WebSocket executor leaves its heartbeat goroutine behind a
-// closed stream until the next ping fails, and logs that as an error.)
+// closed stream until its next ping fails, and logs that as an error.)
 func (d *Driver) executor(u string) (remotecommand.Executor, error) {
 	url, err := url.Parse(u)
 	if err != nil {
 		return nil, err
 	}
-	rt, up, err := spdy.RoundTripperFor(d.rest)
-	if err != nil {
-		return nil, err
-	}
-	return remotecommand.NewSPDYExecutorForTransports(rt, resetting{up}, "POST", url)
-}
-
-// resetting makes connections that reset their streams when closed: a
-// stream the server has not closed its half of (stdin, whose end the
-// server never answers) would otherwise keep the connection, and a
-// goroutine of spdystream's waiting on it, until the server drops it.
-type resetting struct{ spdy.Upgrader }
-
-func (r resetting) NewConnection(resp *http.Response) (httpstream.Connection, error) {
-	c, err := r.Upgrader.NewConnection(resp)
-	if err != nil {
-		return nil, err
-	}
-	return &resetConn{Connection: c}, nil
-}
-
-type resetConn struct {
-	httpstream.Connection
-	mu      sync.Mutex
-	streams []httpstream.Stream
-}
-
-func (c *resetConn) CreateStream(h http.Header) (httpstream.Stream, error) {
-	s, err := c.Connection.CreateStream(h)
-	if err == nil {
-		c.mu.Lock()
-		c.streams = append(c.streams, s)
-		c.mu.Unlock()
-	}
-	return s, err
-}
-
-func (c *resetConn) Close() error {
-	c.mu.Lock()
-	streams := c.streams
-	c.streams = nil
-	c.mu.Unlock()
-	for _, s := range streams {
-		s.Reset()
-	}
-	return c.Connection.Close()
+	return remotecommand.NewSPDYExecutor(d.rest, "POST", url)
 }
 
 func (in *instance) ID() string            { return in.name }

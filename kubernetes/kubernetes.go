@@ -12,13 +12,14 @@
 // An init container from the agent's image (AgentImage; see WriteAgentImage
 // for how to publish it) copies the agent into an emptyDir and, unless the
 // sandbox has an open network, sets every network interface of the pod but
-// loopback down: it alone holds CAP_NET_ADMIN, so the sandbox's own
+// loopback down (no route out): it alone holds CAP_NET_ADMIN, so the sandbox's own
 // container never has it. The sandbox's container runs the user's image
 // with the agent as its main process: as root with only the capabilities
 // driver.AgentCaps, no privilege escalation, a read-only root file system,
-// the RuntimeDefault seccomp profile, no service-account token, no service
-// environment variables, no host namespaces, restartPolicy Never and
-// activeDeadlineSeconds of the Lifetime. The working directory, /tmp and
+// the runtime's seccomp profile or the library's (Config.SeccompProfile),
+// no service-account token, no service environment variables, no host
+// namespaces, restartPolicy Never and activeDeadlineSeconds of the
+// Lifetime. The working directory, /tmp and
 // /dev/shm are memory-backed emptyDirs with a sizeLimit (a tmpfs of that
 // size: writing past it is ENOSPC), counted towards the memory limit.
 // WithRuntime sets runtimeClassName.
@@ -95,6 +96,11 @@ type Config struct {
 	RequestFraction float64
 	// NodeSelector restricts where sandboxes' pods run.
 	NodeSelector map[string]string
+	// SeccompProfile names the library's seccomp profile (SeccompProfile)
+	// installed on every node, relative to the kubelet's seccomp directory
+	// (<kubelet root>/seccomp), such as "agentsandbox.json". "" uses the
+	// runtime's default profile (RuntimeDefault).
+	SeccompProfile string
 	// KeepAlive is how often a byte goes down each sandbox's tether and
 	// a ping to its agent while the sandbox is idle (0: a minute), well
 	// under the kubelet's streamingConnectionIdleTimeout (4 h by default).

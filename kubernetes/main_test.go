@@ -26,7 +26,10 @@ import (
 // used and left running; otherwise the tests start it and stop it at the
 // end. The images are built on the local Docker engine and loaded into the
 // nodes by `cluster.sh load`.
-const devKubeconfig = "/var/lib/agentsandbox-k8s/admin.kubeconfig"
+const (
+	devDir        = "/var/lib/agentsandbox-k8s" // cluster.sh's AGENTSANDBOX_K8S_DIR
+	devKubeconfig = devDir + "/admin.kubeconfig"
+)
 
 // loadedEnv tells a test binary run again by a test (the conformance
 // suite's owner subtest) that the images are loaded already.

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/driver"
 	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/internal/seccomp"
 )
 
 const (
@@ -87,9 +89,7 @@ func (d *Driver) podFor(name, ns string, spec *driver.Spec) (*corev1.Pod, error)
 				WhenUnsatisfiable: corev1.ScheduleAnyway,
 				LabelSelector:     &metav1.LabelSelector{MatchLabels: map[string]string{engine.LabelManaged: "true"}},
 			}},
-			SecurityContext: &corev1.PodSecurityContext{
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
+			SecurityContext: &corev1.PodSecurityContext{SeccompProfile: d.seccomp()},
 			InitContainers: []corev1.Container{{
 				Name:            "agent",
 				Image:           d.agent,
@@ -135,6 +135,25 @@ func (d *Driver) podFor(name, ns string, spec *driver.Spec) (*corev1.Pod, error)
 		pod.Spec.RuntimeClassName = ptr(spec.Runtime)
 	}
 	return pod, nil
+}
+
+// seccomp is the pods' seccomp profile: the library's, where it is
+// installed on the nodes (Config.SeccompProfile), else the runtime's.
+func (d *Driver) seccomp() *corev1.SeccompProfile {
+	if d.cfg.SeccompProfile == "" {
+		return &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+	}
+	return &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr(d.cfg.SeccompProfile)}
+}
+
+// SeccompProfile returns the library's seccomp profile for nodes of
+// architecture arch ("amd64", "arm64") as OCI JSON, the format containerd
+// reads: Docker's default, resolved for the sandbox's capabilities, minus
+// io_uring, userfaultfd, modify_ldt and remap_file_pages. Install it on
+// every node under the kubelet's seccomp directory and name it in
+// Config.SeccompProfile.
+func SeccompProfile(arch string) ([]byte, error) {
+	return json.Marshal(seccomp.Profile(arch))
 }
 
 // securityContext runs a container as root with only caps and no way to

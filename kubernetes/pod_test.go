@@ -84,6 +84,15 @@ func TestUnitPodFor(t *testing.T) {
 		t.Errorf("runtime class %v, pull %v", p.Spec.RuntimeClassName, p.Spec.Containers[0].ImagePullPolicy)
 	}
 
+	if sp := p.Spec.SecurityContext.SeccompProfile; sp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("seccomp %+v, want RuntimeDefault", sp)
+	}
+	d.cfg.SeccompProfile = "agentsandbox.json"
+	p, _ = d.podFor("agentsandbox-y", "ns", spec)
+	if sp := p.Spec.SecurityContext.SeccompProfile; sp.Type != corev1.SeccompProfileTypeLocalhost || *sp.LocalhostProfile != "agentsandbox.json" {
+		t.Errorf("seccomp %+v, want Localhost agentsandbox.json", sp)
+	}
+
 	// A label key Kubernetes refuses is an error.
 	spec.Labels = map[string]string{"bad key!": "v"}
 	if _, err := d.podFor("agentsandbox-z", "ns", spec); err == nil {
