@@ -73,6 +73,17 @@ func (a *agent) acceptRelays(l *net.TCPListener) {
 			a.fail(r.ch, fmt.Errorf("agent: accept: %w", err))
 			continue
 		}
+		// An Accept withdrawn while the connection was awaited: the
+		// connection goes to the next Accept, not to nobody.
+		for r.isKilled() {
+			a.relayEnd(r)
+			next, ok := <-a.accepts
+			if !ok {
+				c.Close()
+				return
+			}
+			r = next
+		}
 		a.connected(r, c)
 	}
 }
