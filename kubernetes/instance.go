@@ -73,7 +73,9 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (driver.Instance
 	}
 	in := &instance{d: d, name: name, timeout: timeout}
 	fail := func(err error) (driver.Instance, error) {
-		in.Remove(context.Background())
+		rctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		in.Remove(rctx)
 		return nil, err
 	}
 	if in.node, err = d.waitRunning(ctx, name, created.ResourceVersion, max(timeout, startBound), spec); err != nil {
