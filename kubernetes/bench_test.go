@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // Benchmarks, each beside its floor in the same run:
@@ -112,11 +113,7 @@ func barePodAttach(ctx context.Context) error {
 
 func BenchmarkExecTrue(b *testing.B) {
 	ctx := context.Background()
-	sb, err := sandbox.New(ctx, sandbox.WithImage(busyboxImage))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sb.Close()
+	sb := sandboxtest.New(b, sandbox.WithImage(busyboxImage))
 	for b.Loop() {
 		if r, err := sb.Exec(ctx, "true"); err != nil || r.ExitCode != 0 {
 			b.Fatal(r, err)
@@ -126,11 +123,7 @@ func BenchmarkExecTrue(b *testing.B) {
 
 func BenchmarkBareExec(b *testing.B) {
 	ctx := context.Background()
-	sb, err := sandbox.New(ctx, sandbox.WithImage(busyboxImage))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sb.Close()
+	sb := sandboxtest.New(b, sandbox.WithImage(busyboxImage))
 	for b.Loop() {
 		req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(drv.Namespace()).Name(sb.ID()).SubResource("exec").
 			VersionedParams(&corev1.PodExecOptions{Container: "sandbox", Command: []string{"true"}, Stdout: true, Stderr: true}, scheme.ParameterCodec)

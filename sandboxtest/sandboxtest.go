@@ -23,7 +23,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -112,26 +111,14 @@ func Left(wait time.Duration) error {
 	if !ok {
 		return engine.Left(wait)
 	}
-	deadline := time.Now().Add(wait)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	return engine.LeftOf(wait, func(ctx context.Context) ([]engine.Object, error) {
 		objs, err := l.Owned(ctx, 0)
-		cancel()
-		if err != nil {
-			return err
+		out := make([]engine.Object, len(objs))
+		for i, o := range objs {
+			out[i] = engine.Object(o)
 		}
-		if len(objs) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			var names []string
-			for _, o := range objs {
-				names = append(names, fmt.Sprintf("%s %s (%s, %s)", o.Type, o.ID, o.Role, o.State))
-			}
-			return fmt.Errorf("left behind: %s", strings.Join(names, ", "))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return out, err
+	})
 }
 
 // Object is an engine object the library made.

@@ -17,7 +17,7 @@ import (
 
 // Object is an engine object the library made.
 type Object struct {
-	Type  string // "container", "volume", "network" or "image"
+	Type  string // "container", "volume", "network", "image" (or another backend's: "pod")
 	ID    string // the engine's ID (a volume's name)
 	Name  string // a container's or network's name; empty for others
 	Role  string // what the library made it for: "sandbox", "disk", "snapshot", ...
@@ -110,11 +110,14 @@ func Describe(objs []Object) string {
 
 // Left waits up to wait for the engine DOCKER_HOST names to hold no object
 // made by this process, and describes what remains if some do.
-func Left(wait time.Duration) error {
+func Left(wait time.Duration) error { return LeftOf(wait, ownedHere) }
+
+// LeftOf is Left for the objects list returns (another backend's).
+func LeftOf(wait time.Duration, list func(context.Context) ([]Object, error)) error {
 	deadline := time.Now().Add(wait)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		objs, err := ownedHere(ctx)
+		objs, err := list(ctx)
 		cancel()
 		if err != nil {
 			return err
