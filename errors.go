@@ -70,10 +70,13 @@ var (
 	// ErrLimitsUnsupported means the engine did not put in force a limit
 	// the sandbox asked for, as the sandbox's agent finds from inside (its
 	// cgroup and resource limits): rootless Podman on cgroup v1, say,
-	// applies no CPU, memory, file size or open files limit. New fails rather than run the
-	// sandbox without it; remove the limit (a negative value) to run
-	// there anyway.
-	ErrLimitsUnsupported = errors.New("sandbox: limits not in force on this engine")
+	// applies no CPU, memory, file size or open files limit. It also
+	// means the engine refused a limit: an OpenFiles (or FileSize) above
+	// the engine's own hard limit, which its runtime cannot raise (Docker,
+	// Podman: "error setting rlimit"); the error names the limit and its
+	// value. New fails rather than run the sandbox without it; lower the
+	// limit, or remove it (a negative value) to run there anyway.
+	ErrLimitsUnsupported = driver.ErrLimitsUnsupported
 
 	// ErrUnsupported means the backend lacks what the call needs (a
 	// driver without snapshots, say); the error names what.

@@ -56,7 +56,11 @@ import (
 //     With Disk < 0 the working directory is an unsized tmpfs volume:
 //     Memory is then the only bound on its files.
 //   - FileSize: RLIMIT_FSIZE; writing past it fails with EFBIG.
-//   - OpenFiles: RLIMIT_NOFILE.
+//   - OpenFiles: RLIMIT_NOFILE. One above the engine's own hard limit
+//     (Docker's and Podman's: the daemon's; raising it needs a privilege
+//     the runtime does not have) is refused: New fails with an error
+//     wrapping ErrLimitsUnsupported that names Limits.OpenFiles and its
+//     value, and leaves nothing behind. The same holds for FileSize.
 //   - ExecTimeout: each command started by Cmd or Exec is killed, with every
 //     process it started, once it has run this long.
 //   - OutputBytes: Exec, Output and CombinedOutput keep at most this many

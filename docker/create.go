@@ -267,6 +267,9 @@ func (in *instance) createContainer(ctx context.Context) error {
 			in.d.forgetAgentVolume(agentVol)
 			return fmt.Errorf("%w: %v", errAgentMissing, err)
 		}
+		if lerr := rlimitErr(err, in.spec.Resources); lerr != nil {
+			return lerr
+		}
 		return in.err("start container", err)
 	}
 	return nil

@@ -247,4 +247,8 @@ var (
 	ErrTooLarge = errors.New("sandbox: too large")
 	// ErrUnsupported: the backend lacks an optional capability.
 	ErrUnsupported = errors.New("sandbox: not supported by this backend")
+	// ErrLimitsUnsupported: the engine did not put in force, or refused,
+	// a limit of Resources (an OpenFiles above its own hard limit, say);
+	// the error names the limit.
+	ErrLimitsUnsupported = errors.New("sandbox: limits not in force on this engine")
 )
