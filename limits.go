@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentsandbox/sandbox/driver"
 	"github.com/agentsandbox/sandbox/internal/wire"
 )
 
@@ -40,11 +41,13 @@ import (
 //     volume of this size, mounted by the engine: the same bound, but the
 //     files live in RAM and count towards Memory, so it must fit there:
 //     beside /tmp and /dev/shm it may take what Memory leaves after a
-//     reserve for processes (a quarter, at least 32 MiB). The default Disk
-//     is sized down to fit (256 MiB of the default 512 MiB Memory; a
+//     reserve for processes (a quarter, at least 32 MiB), each tmpfs
+//     counted at its size and an eighth for its inodes (see Files, below).
+//     The default Disk
+//     is sized down to fit (213 MiB of the default 512 MiB Memory; a
 //     sandbox.limits record says so); where Memory is too small even for
 //     the default TmpSize, the default Disk and TmpSize share what the
-//     reserve leaves 2:1:1 (48 MiB and 24 MiB each in 128 MiB). An
+//     reserve leaves 2:1:1 (43 MiB and 21 MiB each in 128 MiB). An
 //     explicit Disk or TmpSize that does not fit is refused by New,
 //     naming the Memory it needs. The audit record
 //     sandbox.create says which ("disk": "ext4" or "tmpfs"). The root
@@ -55,6 +58,14 @@ import (
 //     Memory).
 //     With Disk < 0 the working directory is an unsized tmpfs volume:
 //     Memory is then the only bound on its files.
+//   - Files: each tmpfs (/tmp, /dev/shm, a working directory in memory)
+//     holds at most one file, directory or link per 8 KiB of its size
+//     (nr_inodes; 8,192 in the default 64 MiB /tmp, as many in /dev/shm;
+//     at least 64); creating one more fails with ENOSPC. An inode costs
+//     about 1 KiB of Memory that the tmpfs's size does not count, so
+//     without this bound empty files could fill Memory (half a million
+//     in 512 MiB) and leave commands nothing to run in. An ext4 working
+//     directory has the inodes mkfs.ext4 gives it, on its disk.
 //   - FileSize: RLIMIT_FSIZE; writing past it fails with EFBIG.
 //   - OpenFiles: RLIMIT_NOFILE. One above the engine's own hard limit
 //     (Docker's and Podman's: the daemon's; raising it needs a privilege
@@ -78,7 +89,7 @@ type Limits struct {
 	ExecTimeout time.Duration // per command; default 60s
 	OutputBytes int64         // per stream captured by Exec/Output; default 1 MiB
 	Lifetime    time.Duration // default 1h
-	TmpSize     int64         // size of the /tmp and /dev/shm tmpfs each; default 64 MiB
+	TmpSize     int64         // size of the /tmp and /dev/shm tmpfs each (and one file per 8 KiB of it); default 64 MiB
 }
 
 // tmpfsReserve is the part of Limits.Memory that a tmpfs working directory
@@ -100,19 +111,23 @@ func tmpfsDisk(l Limits, diskSet, tmpSet bool) (Limits, error) {
 	}
 	const minDisk = 8 << 20
 	files := l.Memory - tmpfsReserve(l.Memory) // for Disk, /tmp and /dev/shm
-	room := files - 2*l.TmpSize
+	// Each tmpfs takes up to its size and an eighth (its inodes: see
+	// driver.TmpfsBytesPerInode): their sizes add up to 8/9 of files.
+	data := files / (driver.TmpfsBytesPerInode + driver.TmpfsInodeBytes) * driver.TmpfsBytesPerInode
+	room := data - 2*l.TmpSize
 	switch {
 	case l.Disk <= room:
 		return l, nil
 	case !diskSet && room >= 2*minDisk:
 		l.Disk = room &^ (1<<20 - 1)
 		return l, nil
-	case !diskSet && !tmpSet && files >= 2*minDisk:
-		l.TmpSize = (files / 4) &^ (1<<20 - 1)
-		l.Disk = (files - 2*l.TmpSize) &^ (1<<20 - 1)
+	case !diskSet && !tmpSet && data >= 2*minDisk:
+		l.TmpSize = (data / 4) &^ (1<<20 - 1)
+		l.Disk = (data - 2*l.TmpSize) &^ (1<<20 - 1)
 		return l, nil
 	}
 	need := l.Disk + 2*l.TmpSize
+	need += need / 8            // their inodes
 	need += max(need/3, 32<<20) // so that the reserve (a quarter of Memory) is left
 	return l, fmt.Errorf("sandbox: Limits.Disk of %s does not fit in Limits.Memory of %s: the working directory is a tmpfs here "+
 		"(no loop devices: not root on the engine's host, or a remote engine), whose files are RAM counted towards Memory, "+

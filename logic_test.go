@@ -268,11 +268,11 @@ func TestUnitTmpfsDisk(t *testing.T) {
 		disk, tmp int64
 		err       string
 	}{
-		{def, false, false, 256 * M, 64 * M, ""},                  // 512 - 128 reserve - 2×64
-		{def, true, false, 0, 0, "lower Disk to at most 256 MiB"}, // 1 GiB asked for
+		{def, false, false, 213 * M, 64 * M, ""},                    // (512 - 128 reserve)·8/9 (inodes) - 2×64
+		{def, true, false, 0, 0, "lower Disk to at most 213.3 MiB"}, // 1 GiB asked for
 		{Limits{Memory: 2048 * M, Disk: 1024 * M, TmpSize: 64 * M}, true, true, 1024 * M, 64 * M, ""},
 		{Limits{Memory: 128 * M, Disk: 16 * M, TmpSize: 32 * M}, true, true, 16 * M, 32 * M, ""},
-		{small, false, false, 48 * M, 24 * M, ""},                                                     // both defaults: 96 MiB split 2:1:1
+		{small, false, false, 43 * M, 21 * M, ""},                                                     // both defaults: 96 MiB split 2:1:1
 		{small, false, true, 0, 0, "raise Memory to at least"},                                        // TmpSize given: kept, so no room
 		{small, true, false, 0, 0, "raise Memory to at least"},                                        // Disk given: kept
 		{Limits{Memory: 32 * M, Disk: 1024 * M, TmpSize: 64 * M}, false, false, 0, 0, "raise Memory"}, // nothing left past the reserve
@@ -284,8 +284,8 @@ func TestUnitTmpfsDisk(t *testing.T) {
 			t.Errorf("tmpfsDisk(memory %d MiB, disk %d MiB, tmp %d MiB, set %v %v) = disk %d MiB, tmp %d MiB, %v; want %d MiB, %d MiB, %q",
 				c.l.Memory/M, c.l.Disk/M, c.l.TmpSize/M, c.diskSet, c.tmpSet, got.Disk/M, got.TmpSize/M, err, c.disk/M, c.tmp/M, c.err)
 		}
-		if err == nil && c.l.Memory > 0 && got.Disk+2*got.TmpSize+tmpfsReserve(c.l.Memory) > c.l.Memory {
-			t.Errorf("memory %d MiB: %d MiB of disk and 2×%d MiB of tmp leave less than the reserve", c.l.Memory/M, got.Disk/M, got.TmpSize/M)
+		if err == nil && c.l.Memory > 0 && driver.TmpfsMemory(got.Disk)+2*driver.TmpfsMemory(got.TmpSize)+tmpfsReserve(c.l.Memory) > c.l.Memory {
+			t.Errorf("memory %d MiB: %d MiB of disk and 2×%d MiB of tmp (and their inodes) leave less than the reserve", c.l.Memory/M, got.Disk/M, got.TmpSize/M)
 		}
 	}
 	// The advice holds: at the Memory it names, the Disk fits.

@@ -169,16 +169,16 @@ func TestDiskTmpfsFitsMemory(t *testing.T) {
 	mu.Lock()
 	logged := log.String()
 	mu.Unlock()
-	if !strings.Contains(logged, `"msg":"sandbox.limits"`) || !strings.Contains(logged, `"disk":268435456`) {
-		t.Errorf("no sandbox.limits record of the disk sized down to 256 MiB:\n%s", logged)
+	if !strings.Contains(logged, `"msg":"sandbox.limits"`) || !strings.Contains(logged, `"disk":223346688`) {
+		t.Errorf("no sandbox.limits record of the disk sized down to 213 MiB (its inodes counted):\n%s", logged)
 	}
-	if r := mustExec(t, sb, `df -k . | awk 'NR==2 {print $2}'`); r.Stdout != "262144\n" {
-		t.Errorf("working directory size %q KiB, want 262144", r.Stdout)
+	if r := mustExec(t, sb, `df -k . | awk 'NR==2 {print $2}'`); r.Stdout != "218112\n" {
+		t.Errorf("working directory size %q KiB, want 218112", r.Stdout)
 	}
 	// Two files: one file stops at FileSize (256 MiB) first.
 	r := mustExec(t, sb, "head -c 200M /dev/zero > a; head -c 200M /dev/zero > b; echo $?")
 	if !strings.Contains(r.Stderr, "No space left") || r.Stdout != "1\n" {
-		t.Errorf("400 MiB into the 256 MiB working directory: %+v; want ENOSPC", r)
+		t.Errorf("400 MiB into the 213 MiB working directory: %+v; want ENOSPC", r)
 	}
 	assertAlive(t, sb)
 	mustExec(t, sb, "rm a b")
@@ -190,10 +190,11 @@ func TestDiskTmpfsFitsMemory(t *testing.T) {
 	}
 
 	// Only Memory given, too small even for the default /tmp and /dev/shm:
-	// all three defaults shrink (96 MiB past the reserve, split 2:1:1).
+	// all three defaults shrink (96 MiB past the reserve, 8/9 of it for
+	// their sizes, split 2:1:1).
 	small := newSandbox(t, tmpfsDriver(t), sandbox.WithLimits(sandbox.Limits{Memory: 128 << 20}))
 	r = mustExec(t, small, `for d in . /tmp /dev/shm; do df -k $d | awk 'NR==2 {print $2}'; done`)
-	if r.Stdout != "49152\n24576\n24576\n" {
-		t.Errorf("working directory, /tmp and /dev/shm in KiB with Memory 128 MiB: %q, want 49152, 24576, 24576", r.Stdout)
+	if r.Stdout != "44032\n21504\n21504\n" {
+		t.Errorf("working directory, /tmp and /dev/shm in KiB with Memory 128 MiB: %q, want 44032, 21504, 21504", r.Stdout)
 	}
 }

@@ -122,7 +122,8 @@ func (in *instance) createVolume(ctx context.Context) error {
 			in.volume = ""
 			return nil
 		}
-		opts.DriverOpts = map[string]string{"type": "tmpfs", "device": "tmpfs", "o": fmt.Sprintf("size=%d,mode=0755", size)}
+		opts.DriverOpts = map[string]string{"type": "tmpfs", "device": "tmpfs",
+			"o": fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755", size, driver.TmpfsInodes(size))}
 	case size > 0:
 		dev, err := disk.Create(ctx, size, 0, 0)
 		if err != nil {
@@ -145,16 +146,23 @@ func (in *instance) createVolume(ctx context.Context) error {
 	return ctxErr(ctx, "create volume")
 }
 
-// workdirMount is the working directory's mount: its volume, or a tmpfs
-// of Resources.Disk where no volume could be made (Podman without a loop
-// device).
-func (in *instance) workdirMount() mount.Mount {
+// workdirMount is the working directory's mount, its volume; without one
+// (Podman without a loop device) it is a tmpfs of Resources.Disk in
+// tmpfs, the container's tmpfs mounts (an option string: the mount API's
+// TmpfsOptions has no inode bound).
+func (in *instance) workdirMount(tmpfs map[string]string) []mount.Mount {
 	if in.volume == "" {
-		return mount.Mount{Type: mount.TypeTmpfs, Target: in.spec.Workdir,
-			TmpfsOptions: &mount.TmpfsOptions{SizeBytes: in.spec.Resources.Disk, Mode: 0o755}}
+		tmpfs[in.spec.Workdir] = tmpfsOpts(in.spec.Resources.Disk, "0755")
+		return nil
 	}
-	return mount.Mount{Type: mount.TypeVolume, Source: in.volume, Target: in.spec.Workdir,
-		VolumeOptions: &mount.VolumeOptions{NoCopy: true}}
+	return []mount.Mount{{Type: mount.TypeVolume, Source: in.volume, Target: in.spec.Workdir,
+		VolumeOptions: &mount.VolumeOptions{NoCopy: true}}}
+}
+
+// tmpfsOpts are the options of a tmpfs of size bytes that programs may
+// run from: its size and inodes bounded (driver.TmpfsInodes).
+func tmpfsOpts(size int64, mode string) string {
+	return fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,nr_inodes=%d,mode=%s", size, driver.TmpfsInodes(size), mode)
 }
 
 func (in *instance) createContainer(ctx context.Context) error {
@@ -204,13 +212,21 @@ func (in *instance) createContainer(ctx context.Context) error {
 		ReadonlyRootfs: true,
 		LogConfig:      container.LogConfig{Type: "none"},
 		Runtime:        in.spec.Runtime,
-		ShmSize:        r.TmpSize, // /dev/shm: like /tmp, RAM counted towards Memory
-		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", r.TmpSize)},
-		Mounts: []mount.Mount{in.workdirMount(), {
+		// /tmp and /dev/shm: RAM counted towards Memory, sizes and
+		// inodes bounded. /dev/shm is a tmpfs of the container's own
+		// (not ShmSize, which bounds no inodes) in a private IPC
+		// namespace.
+		IpcMode: container.IPCModePrivate,
+		Tmpfs: map[string]string{
+			"/tmp":     tmpfsOpts(r.TmpSize, "1777"),
+			"/dev/shm": tmpfsOpts(r.TmpSize, "1777"),
+		},
+		Mounts: []mount.Mount{{
 			Type: mount.TypeVolume, Source: agentVol, Target: agentDir, ReadOnly: true,
 			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
 		}},
 	}
+	hc.Mounts = append(hc.Mounts, in.workdirMount(hc.Tmpfs)...)
 	if in.net != nil {
 		hc.NetworkMode = container.NetworkMode(in.net.name)
 	}

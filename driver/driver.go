@@ -130,13 +130,37 @@ type Resources struct {
 	Memory    int64 // bytes, no swap
 	PIDs      int64
 	Disk      int64 // the working directory's size
-	TmpSize   int64 // each of /tmp and /dev/shm, memory
+	TmpSize   int64 // each of /tmp and /dev/shm, memory (nr_inodes: TmpfsInodes)
 	FileSize  int64 // RLIMIT_FSIZE
 	OpenFiles int64 // RLIMIT_NOFILE
 	// Lifetime is passed to the agent too, which ends the instance; a
 	// backend with a deadline of its own sets it as well.
 	Lifetime time.Duration
 }
+
+// TmpfsBytesPerInode is how many bytes of a tmpfs's size each of its
+// inodes (files, directories, links) takes from the bound: a backend
+// mounts each tmpfs it makes for a sandbox (/tmp, /dev/shm, a working
+// directory in memory) with nr_inodes = TmpfsInodes(size). An inode costs
+// memory its size does not count (about 1 KiB, TmpfsInodeBytes: its inode
+// and directory entry, charged to the sandbox's memory cgroup), so
+// without the bound empty files no process owns could take all of
+// Resources.Memory (554,037 of them filled 512 MiB in a "0 % used" /tmp).
+// One inode per 8 KiB still lets a tmpfs hold as many files as an average
+// file of 8 KiB fills; its worst case in memory is its size and an eighth.
+const (
+	TmpfsBytesPerInode = 8 << 10
+	TmpfsInodeBytes    = 1 << 10
+)
+
+// TmpfsInodes is the nr_inodes of a tmpfs of size bytes (see
+// TmpfsBytesPerInode): at least 64, so that even a tiny one holds a few
+// files.
+func TmpfsInodes(size int64) int64 { return max(size/TmpfsBytesPerInode, 64) }
+
+// TmpfsMemory is the most memory a tmpfs of size bytes can take: its
+// size and its inodes (see TmpfsBytesPerInode).
+func TmpfsMemory(size int64) int64 { return size + TmpfsInodes(size)*TmpfsInodeBytes }
 
 // Network is an instance's network.
 type Network int
