@@ -55,7 +55,13 @@ import (
 //     directory (which is also HOME), /tmp and /dev/shm (RAM-backed tmpfs
 //     of TmpSize each, counted towards Memory) and POSIX message queues
 //     (at most 800 KiB in all by RLIMIT_MSGQUEUE, also counted towards
-//     Memory).
+//     Memory). That holds for commands run as root (WithUser("0")) too,
+//     which hold no capabilities: /dev is taken from root by the agent at
+//     start, and /etc/hosts, /etc/hostname and /etc/resolv.conf are
+//     read-only (Docker, Podman: with the read-only root file system);
+//     root cannot write the working directory, which is the sandbox
+//     user's. The conformance suite checks it from inside for both users
+//     (sandboxtest.WritablePlaces).
 //     With Disk < 0 the working directory is an unsized tmpfs volume:
 //     Memory is then the only bound on its files.
 //   - Files: each tmpfs (/tmp, /dev/shm, a working directory in memory)

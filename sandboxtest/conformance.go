@@ -49,6 +49,8 @@ import (
 //   - hardening, seen from inside: a non-root user with no capabilities,
 //     no_new_privs, a seccomp filter, a read-only root file system, no
 //     engine socket, an agent the sandbox's root cannot kill;
+//   - writable places, seen from inside as the sandbox user and as root:
+//     exactly those of WritablePlaces, each bounded by a limit;
 //   - network: none by default (loopback the only interface up, no route,
 //     a host listener unreachable), an
 //     allow-list through the proxy (allowed, refused, the host still
@@ -92,6 +94,7 @@ func Conformance(t *testing.T, opts ...sandbox.Option) {
 		{"limits/lifetime", c.lifetime},
 		{"owner", c.owner},
 		{"hardening", c.hardening},
+		{"writable", c.writable},
 		{"network/none", c.networkNone},
 		{"network/allowlist", c.allowList},
 		{"network/credentials", c.credentials},

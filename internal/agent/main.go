@@ -95,6 +95,9 @@ func main() {
 		err = takeWorkdir(uid, gid)
 	}
 	if err == nil {
+		err = lockDev(uid)
+	}
+	if err == nil {
 		err = setRlimits(*fsize, *nofile, *nproc)
 	}
 	if err == nil {
@@ -202,6 +205,30 @@ func takeWorkdir(uid, gid uint32) error {
 		return fmt.Errorf("giving the working directory to %d:%d: %w (does the container have CAP_CHOWN?)", uid, gid, err)
 	}
 	return nil
+}
+
+// lockDev takes /dev (the engine's tmpfs of device nodes, root's and
+// writable) from root, so that a command running as root, which holds no
+// capabilities but owns what root owns, cannot keep files there: its
+// owner becomes an unprivileged uid that is not the sandbox user's
+// (65534, nobody), which the commands cannot take back without
+// CAP_CHOWN or CAP_FOWNER. Its device nodes stay as they are. A /dev
+// that is read-only, or not root's, is left alone.
+func lockDev(uid uint32) error {
+	var st unix.Stat_t
+	if err := unix.Stat("/dev", &st); err != nil || st.Uid != 0 || st.Mode&0o200 == 0 {
+		return nil
+	}
+	var err error
+	for _, owner := range []int{65534, 65533, 1000} {
+		if uint32(owner) == uid {
+			continue
+		}
+		if err = unix.Chown("/dev", owner, -1); err == nil || err == unix.EROFS {
+			return nil
+		}
+	}
+	return fmt.Errorf("taking /dev from root: %w (does the container have CAP_CHOWN?)", err)
 }
 
 // pollable returns descriptor fd as a file read and written through the
