@@ -152,7 +152,7 @@ func (in *instance) createVolume(ctx context.Context) error {
 // TmpfsOptions has no inode bound).
 func (in *instance) workdirMount(tmpfs map[string]string) []mount.Mount {
 	if in.volume == "" {
-		tmpfs[in.spec.Workdir] = tmpfsOpts(in.spec.Resources.Disk, "0755")
+		tmpfs[in.spec.Workdir] = tmpfsOpts(in.spec.Resources.Disk, "0755", false) // Podman
 		return nil
 	}
 	return []mount.Mount{{Type: mount.TypeVolume, Source: in.volume, Target: in.spec.Workdir,
@@ -160,9 +160,16 @@ func (in *instance) workdirMount(tmpfs map[string]string) []mount.Mount {
 }
 
 // tmpfsOpts are the options of a tmpfs of size bytes that programs may
-// run from: its size and inodes bounded (driver.TmpfsInodes).
-func tmpfsOpts(size int64, mode string) string {
-	return fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,nr_inodes=%d,mode=%s", size, driver.TmpfsInodes(size), mode)
+// run from: its size bounded, and its inodes (driver.TmpfsInodes) where
+// the engine takes the option: Docker does, Podman (4.3) refuses
+// nr_inodes ("unknown mount option"), so there a tmpfs's inodes are
+// bounded only by Memory.
+func tmpfsOpts(size int64, mode string, inodes bool) string {
+	o := fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=%s", size, mode)
+	if inodes {
+		o += fmt.Sprintf(",nr_inodes=%d", driver.TmpfsInodes(size))
+	}
+	return o
 }
 
 func (in *instance) createContainer(ctx context.Context) error {
@@ -218,8 +225,8 @@ func (in *instance) createContainer(ctx context.Context) error {
 		// namespace.
 		IpcMode: container.IPCModePrivate,
 		Tmpfs: map[string]string{
-			"/tmp":     tmpfsOpts(r.TmpSize, "1777"),
-			"/dev/shm": tmpfsOpts(r.TmpSize, "1777"),
+			"/tmp":     tmpfsOpts(r.TmpSize, "1777", !info.Podman),
+			"/dev/shm": tmpfsOpts(r.TmpSize, "1777", !info.Podman),
 		},
 		Mounts: []mount.Mount{{
 			Type: mount.TypeVolume, Source: agentVol, Target: agentDir, ReadOnly: true,
@@ -227,6 +234,14 @@ func (in *instance) createContainer(ctx context.Context) error {
 		}},
 	}
 	hc.Mounts = append(hc.Mounts, in.workdirMount(hc.Tmpfs)...)
+	if info.Podman {
+		// Podman mounts a writable tmpfs at /run and /var/tmp of a
+		// container with a read-only root file system, places no limit
+		// names: a read-only one of its own at each instead.
+		for _, p := range []string{"/run", "/var/tmp"} {
+			hc.Tmpfs[p] = "ro,nosuid,nodev,noexec,size=65536,mode=0755"
+		}
+	}
 	if in.net != nil {
 		hc.NetworkMode = container.NetworkMode(in.net.name)
 	}
