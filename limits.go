@@ -71,7 +71,8 @@ import (
 //     about 1 KiB of Memory that the tmpfs's size does not count, so
 //     without this bound empty files could fill Memory (half a million
 //     in 512 MiB) and leave commands nothing to run in. An ext4 working
-//     directory has the inodes mkfs.ext4 gives it, on its disk.
+//     directory has the inodes mkfs.ext4 gives it, on its disk. Podman
+//     (4.3) refuses the inode bound: there Memory is the only one.
 //   - FileSize: RLIMIT_FSIZE; writing past it fails with EFBIG.
 //   - OpenFiles: RLIMIT_NOFILE. One above the engine's own hard limit
 //     (Docker's and Podman's: the daemon's; raising it needs a privilege
