@@ -458,7 +458,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target, schem
 	p.rp.ServeHTTP(out, r.WithContext(ctx))
 	if s, ok := out.(*scrubWriter); ok {
 		s.flushTail()
-		s.scrubValues() // trailers, set after the body
+		s.scrubHeader() // trailers, set after the body
 	}
 	t.dec.BytesUp, t.dec.BytesDown = up.n.Load(), cw.n
 	p.logOnce(t.dec)
