@@ -38,7 +38,8 @@ import (
 // (gVisor's runsc included). The proxy resolves names itself and connects
 // only to the addresses it checked, refusing loopback, private, link-local
 // (cloud metadata), other special-purpose ranges and the host's own
-// addresses unless a CIDR in Allow names them. DNS from inside the sandbox
+// addresses unless a CIDR in Allow names that range itself (see Allow):
+// "0.0.0.0/0" means the public Internet, as Open does. DNS from inside the sandbox
 // goes nowhere: only the proxy resolves names. Programs that ignore the
 // proxy variables cannot connect anywhere.
 //
@@ -52,6 +53,20 @@ type NetworkPolicy struct {
 	//   "*.example.com"          any name under example.com (not example.com itself)
 	//   "api.example.com:8443"   that host and port only
 	//   "10.1.2.0/24", "10.1.2.3" addresses (any port), also allowed as literal hosts
+	//
+	// Whatever the rules, an address that is not public unicast —
+	// loopback (127.0.0.0/8, ::1), private (10/8, 172.16/12, 192.168/16,
+	// fc00::/7), link-local (169.254/16, fe80::/10), CGNAT (100.64/10),
+	// 0.0.0.0/8, multicast, documentation, benchmarking and other
+	// special-purpose ranges, and their NAT64, 6to4, Teredo and
+	// IPv4-mapped forms — is reached only through an address rule that
+	// lies inside its range: "10.1.2.0/24" reaches 10.1.2.x and
+	// "127.0.0.1" the host's loopback, but "0.0.0.0/0", "::/0",
+	// "0.0.0.0/1" or "8.0.0.0/5" reach public addresses only. An address
+	// of the host's own interfaces other than loopback (a bridge's
+	// gateway, a public address) is reached only through a rule naming
+	// exactly that address ("172.17.0.1"). A name rule never opens such an
+	// address: a name that resolves to one needs an address rule too.
 	Allow []string
 	// Open gives full egress (a NAT'ed bridge of its own, host services still
 	// firewalled off). It is an explicit opt-in and excludes Allow.
@@ -131,10 +146,13 @@ func WithNetwork(p NetworkPolicy) Option {
 		if !p.Open && p.Allow == nil && len(p.Credentials) == 0 {
 			p = NetworkPolicy{}
 		}
-		c.network = p
+		c.network, c.rules = p, rules
 		return nil
 	}
 }
+
+// netRules are the parsed NetworkPolicy.Allow patterns.
+type netRules = []egress.Rule
 
 // netState is what a sandbox's network policy made.
 type netState struct {
@@ -176,7 +194,6 @@ func (s *Sandbox) createNetwork() (env []string, err error) {
 	rand.Read(b[:])
 	n := &netState{relayPort: relayPortMin + int(binary.BigEndian.Uint16(b[:]))%relayPortSpan}
 	s.net = n
-	rules, _ := egress.ParseRules(p.Allow)
 	creds := map[string]egress.Credential{}
 	for _, c := range p.Credentials {
 		creds[strings.ToLower(c.Host)] = egress.Credential{Header: c.Header, Value: c.Value, AllowHTTP: c.AllowHTTP}
@@ -187,7 +204,7 @@ func (s *Sandbox) createNetwork() (env []string, err error) {
 		}
 	}
 	n.proxy = egress.New(egress.Config{
-		Policy: egress.Policy{Rules: rules}, Credentials: creds, CA: n.ca,
+		Policy: egress.Policy{Rules: s.cfg.rules}, Credentials: creds, CA: n.ca,
 		Resolve: s.cfg.resolve, UpstreamRoots: s.cfg.upstreamRoots,
 		Log: s.logDecision,
 	})

@@ -108,7 +108,6 @@ type Config struct {
 // Proxy is a forward proxy for one sandbox.
 type Proxy struct {
 	cfg     Config
-	local   map[netip.Addr]bool // this host's own addresses
 	scrub   map[string]*matcher // by credential host
 	srv     *http.Server        // the sandbox's connections
 	inner   *http.Server        // requests inside intercepted TLS connections
@@ -140,7 +139,7 @@ func New(cfg Config) *Proxy {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		}
 	}
-	p := &Proxy{cfg: cfg, local: localAddrs(), conns: map[net.Conn]struct{}{}, scrub: map[string]*matcher{}}
+	p := &Proxy{cfg: cfg, conns: map[net.Conn]struct{}{}, scrub: map[string]*matcher{}}
 	for host, c := range cfg.Credentials {
 		p.scrub[host] = newMatcher(c.Value)
 	}
@@ -348,15 +347,21 @@ func (p *Proxy) dialChecked(ctx context.Context, network, addr string) (net.Conn
 			return nil, fmt.Errorf("cannot resolve %s: %w", t.host, err)
 		}
 	}
+	// The host's addresses now, not when the proxy started: bridges come
+	// and go.
+	own := localAddrs()
 	var ok []netip.Addr
+	var why string
 	for _, a := range addrs {
 		a = a.Unmap()
-		if p.cfg.Policy.InCIDR(a) || (p.cfg.Policy.AllowAddr(a) && !p.local[a]) {
+		if allowed, reason := p.cfg.Policy.AllowAddr(a, own[a]); allowed {
 			ok = append(ok, a)
+		} else if why == "" {
+			why = reason
 		}
 	}
 	if len(ok) == 0 {
-		return nil, &deniedError{fmt.Sprintf("resolves to forbidden address %v", addrs)}
+		return nil, &deniedError{fmt.Sprintf("resolves to forbidden address %v: %s", addrs, why)}
 	}
 	var d net.Dialer
 	var err error
