@@ -231,6 +231,14 @@ func (s *Sandbox) serveProxy() {
 	n.proxyL = s.agent.Listen(relayPending)
 	n.proxyErr = make(chan error, 1)
 	go func() { n.proxyErr <- n.proxy.Serve(n.proxyL) }()
+	// Once the agent's stream ends (the sandbox is closed, or its
+	// container died) no relayed connection is left: close the proxy, and
+	// with it every upstream connection, rather than let tunnels wait for
+	// their idle timeout with the kernel holding their buffers.
+	go func() {
+		<-s.agent.Done()
+		n.proxy.Close()
+	}()
 }
 
 // The CA the sandbox trusts lives in /tmp (a tmpfs inside the sandbox).
