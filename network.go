@@ -89,10 +89,14 @@ type NetworkPolicy struct {
 // header (domain fronting) is refused (403). It goes over HTTPS only unless
 // AllowHTTP is set. The value, and its base64 (standard and URL, also at any
 // offset inside a larger encoded blob), hex, URL-encoded and JSON/JS-escaped
-// forms in any ASCII case, are replaced by "[redacted]" in response headers,
-// bodies and trailers, even when split across reads; encoded forms shorter
-// than 8 bytes are not looked for. The scrubber cannot find a value the
-// upstream transforms otherwise (encrypts, hashes, reverses, ...).
+// forms in any ASCII case, are replaced by "[redacted]" in response header
+// values (1xx responses included), bodies and trailers, even when split
+// across reads, and a header or trailer whose name holds one is dropped;
+// encoded forms shorter than 8 bytes are not looked for. The scrubber
+// cannot find a value the upstream transforms otherwise (encrypts, hashes,
+// reverses, ...) or returns piecewise (a few bytes per Range request or
+// offset): give credentials scoped to the minimum and short-lived, and none
+// for hosts that echo requests.
 type Credential struct {
 	Host, Header, Value string
 	// AllowHTTP sends the credential over plain HTTP too; off by default,

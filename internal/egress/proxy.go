@@ -128,7 +128,7 @@ type Proxy struct {
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{} // accepted connections and upstream connections
 	closed  bool
-	once    sync.Once // Close
+	once    sync.Once       // Close
 	started bool            // the inner server runs
 	ctx     context.Context // ends at Close; every request runs under it
 	cancel  context.CancelFunc

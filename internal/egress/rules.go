@@ -20,7 +20,11 @@
 //     Config.IdleTimeout) for its next request; a tunnel with no byte either
 //     way for Config.IdleTimeout (default 5 min) is closed;
 //   - bodies are streamed, never buffered; the credential scrubber holds
-//     back at most the length of the longest encoded form of the secret.
+//     back at most the length of the longest encoded form of the secret;
+//   - kernel memory: each upstream connection asks for UpstreamBuffer
+//     send and receive buffers instead of the kernel's autotuned ones
+//     (several MiB each), and is reset — its buffers freed — when its
+//     tunnel fails or the proxy closes.
 //
 // A request or response in progress is not bounded in time: a sandbox that
 // sends its body slowly, or stops reading a response, holds one of its
@@ -37,14 +41,16 @@
 // absolute URL's host is the one used; a Host header behind it is ignored,
 // as HTTP requires.) Plain http:// requests to a credential host are
 // refused unless Credential.AllowHTTP is set. The scrubber removes the
-// secret from response headers, bodies and trailers, as is and in its
+// secret from response header values (of 1xx responses too), bodies and
+// trailers, and drops a header or trailer whose name holds it, as is and in its
 // base64 (standard and URL alphabets, at any offset inside a larger
 // blob), hex, URL-escaped and JSON/JS-escaped forms, in any ASCII case,
 // across write boundaries; encoded forms shorter than 8 bytes are not
 // looked for. It cannot catch a secret the upstream transforms otherwise
 // (encrypts, hashes, reverses, compresses with an encoding it did not ask
 // for — such a response is replaced by a 502 —, wraps across lines, or
-// encodes twice).
+// encodes twice), nor one it returns piecewise (Range requests, offsets):
+// a credential given to an upstream that echoes requests is readable.
 package egress
 
 import (
