@@ -38,7 +38,8 @@ import (
 // (gVisor's runsc included). The proxy resolves names itself and connects
 // only to the addresses it checked, refusing loopback, private, link-local
 // (cloud metadata), other special-purpose ranges and the host's own
-// addresses unless a CIDR in Allow names them. DNS from inside the sandbox
+// addresses unless a CIDR in Allow names that range itself (see Allow):
+// "0.0.0.0/0" means the public Internet, as Open does. DNS from inside the sandbox
 // goes nowhere: only the proxy resolves names. Programs that ignore the
 // proxy variables cannot connect anywhere.
 //
@@ -52,6 +53,20 @@ type NetworkPolicy struct {
 	//   "*.example.com"          any name under example.com (not example.com itself)
 	//   "api.example.com:8443"   that host and port only
 	//   "10.1.2.0/24", "10.1.2.3" addresses (any port), also allowed as literal hosts
+	//
+	// Whatever the rules, an address that is not public unicast —
+	// loopback (127.0.0.0/8, ::1), private (10/8, 172.16/12, 192.168/16,
+	// fc00::/7), link-local (169.254/16, fe80::/10), CGNAT (100.64/10),
+	// 0.0.0.0/8, multicast, documentation, benchmarking and other
+	// special-purpose ranges, and their NAT64, 6to4, Teredo and
+	// IPv4-mapped forms — is reached only through an address rule that
+	// lies inside its range: "10.1.2.0/24" reaches 10.1.2.x and
+	// "127.0.0.1" the host's loopback, but "0.0.0.0/0", "::/0",
+	// "0.0.0.0/1" or "8.0.0.0/5" reach public addresses only. An address
+	// of the host's own interfaces other than loopback (a bridge's
+	// gateway, a public address) is reached only through a rule naming
+	// exactly that address ("172.17.0.1"). A name rule never opens such an
+	// address: a name that resolves to one needs an address rule too.
 	Allow []string
 	// Open gives full egress (a NAT'ed bridge of its own, host services still
 	// firewalled off). It is an explicit opt-in and excludes Allow.
@@ -74,10 +89,14 @@ type NetworkPolicy struct {
 // header (domain fronting) is refused (403). It goes over HTTPS only unless
 // AllowHTTP is set. The value, and its base64 (standard and URL, also at any
 // offset inside a larger encoded blob), hex, URL-encoded and JSON/JS-escaped
-// forms in any ASCII case, are replaced by "[redacted]" in response headers,
-// bodies and trailers, even when split across reads; encoded forms shorter
-// than 8 bytes are not looked for. The scrubber cannot find a value the
-// upstream transforms otherwise (encrypts, hashes, reverses, ...).
+// forms in any ASCII case, are replaced by "[redacted]" in response header
+// values (1xx responses included), bodies and trailers, even when split
+// across reads, and a header or trailer whose name holds one is dropped;
+// encoded forms shorter than 8 bytes are not looked for. The scrubber
+// cannot find a value the upstream transforms otherwise (encrypts, hashes,
+// reverses, ...) or returns piecewise (a few bytes per Range request or
+// offset): give credentials scoped to the minimum and short-lived, and none
+// for hosts that echo requests.
 type Credential struct {
 	Host, Header, Value string
 	// AllowHTTP sends the credential over plain HTTP too; off by default,
@@ -131,10 +150,13 @@ func WithNetwork(p NetworkPolicy) Option {
 		if !p.Open && p.Allow == nil && len(p.Credentials) == 0 {
 			p = NetworkPolicy{}
 		}
-		c.network = p
+		c.network, c.rules = p, rules
 		return nil
 	}
 }
+
+// netRules are the parsed NetworkPolicy.Allow patterns.
+type netRules = []egress.Rule
 
 // netState is what a sandbox's network policy made.
 type netState struct {
@@ -176,7 +198,6 @@ func (s *Sandbox) createNetwork() (env []string, err error) {
 	rand.Read(b[:])
 	n := &netState{relayPort: relayPortMin + int(binary.BigEndian.Uint16(b[:]))%relayPortSpan}
 	s.net = n
-	rules, _ := egress.ParseRules(p.Allow)
 	creds := map[string]egress.Credential{}
 	for _, c := range p.Credentials {
 		creds[strings.ToLower(c.Host)] = egress.Credential{Header: c.Header, Value: c.Value, AllowHTTP: c.AllowHTTP}
@@ -187,7 +208,7 @@ func (s *Sandbox) createNetwork() (env []string, err error) {
 		}
 	}
 	n.proxy = egress.New(egress.Config{
-		Policy: egress.Policy{Rules: rules}, Credentials: creds, CA: n.ca,
+		Policy: egress.Policy{Rules: s.cfg.rules}, Credentials: creds, CA: n.ca,
 		Resolve: s.cfg.resolve, UpstreamRoots: s.cfg.upstreamRoots,
 		Log: s.logDecision,
 	})
@@ -214,6 +235,14 @@ func (s *Sandbox) serveProxy() {
 	n.proxyL = s.agent.Listen(relayPending)
 	n.proxyErr = make(chan error, 1)
 	go func() { n.proxyErr <- n.proxy.Serve(n.proxyL) }()
+	// Once the agent's stream ends (the sandbox is closed, or its
+	// container died) no relayed connection is left: close the proxy, and
+	// with it every upstream connection, rather than let tunnels wait for
+	// their idle timeout with the kernel holding their buffers.
+	go func() {
+		<-s.agent.Done()
+		n.proxy.Close()
+	}()
 }
 
 // The CA the sandbox trusts lives in /tmp (a tmpfs inside the sandbox).

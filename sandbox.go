@@ -93,6 +93,8 @@ type config struct {
 	timeout       time.Duration  // bound on each wait the caller's context does not bound (DefaultTimeout; a test hook can shorten it)
 	resolve       resolveFunc    // test hook: the proxy's resolver
 	upstreamRoots *x509.CertPool // test hook: roots for intercepted upstreams
+
+	rules netRules // network.Allow, parsed once (WithNetwork)
 }
 
 // WithImage sets the image the sandbox runs (default DefaultImage). A

@@ -198,14 +198,14 @@ func TestEgressAllowAddr(t *testing.T) {
 		{"2606:4700::1111", true}, {"::ffff:8.8.8.8", true},
 	} {
 		a := netip.MustParseAddr(tc.addr)
-		if got := none.AllowAddr(a); got != tc.want {
+		if got, _ := none.AllowAddr(a, false); got != tc.want {
 			t.Errorf("AllowAddr(%s) = %v, want %v", tc.addr, got, tc.want)
 		}
 		if none.InCIDR(a) {
 			t.Errorf("InCIDR(%s) with no CIDR rules = true", tc.addr)
 		}
 	}
-	if none.AllowAddr(netip.Addr{}) {
+	if ok, _ := none.AllowAddr(netip.Addr{}, false); ok {
 		t.Error("AllowAddr(invalid) = true")
 	}
 	// A CIDR opens exactly its range, IPv4-mapped forms included.
@@ -219,7 +219,7 @@ func TestEgressAllowAddr(t *testing.T) {
 		{"169.254.169.254", false, false}, {"8.8.8.8", true, false},
 	} {
 		a := netip.MustParseAddr(tc.addr)
-		if got := p.AllowAddr(a); got != tc.allow {
+		if got, _ := p.AllowAddr(a, false); got != tc.allow {
 			t.Errorf("with CIDRs: AllowAddr(%s) = %v, want %v", tc.addr, got, tc.allow)
 		}
 		if got := p.InCIDR(a); got != tc.inCIDR {

@@ -49,6 +49,16 @@ const (
 	DefaultIdleTimeout = 5 * time.Minute
 	// DefaultMaxConns is the default Config.MaxConns.
 	DefaultMaxConns = 128
+	// UpstreamBuffer is the kernel send and receive buffer size (SO_SNDBUF,
+	// SO_RCVBUF) asked for each upstream connection; Linux allots twice
+	// that, bookkeeping included. It bounds what the host's kernel holds
+	// for a sandbox that writes to an upstream that stops reading (or
+	// stops reading what an upstream sends): at most 4×UpstreamBuffer per
+	// upstream connection, so 128 MiB at DefaultMaxConns, where the
+	// kernel's autotuning lets each grow to several MiB. It also caps a
+	// single connection's throughput to about UpstreamBuffer per round trip
+	// (some 10 MiB/s at 25 ms).
+	UpstreamBuffer = 256 << 10
 )
 
 // Credential is a header added to requests for one host. The proxy adds it
@@ -108,7 +118,6 @@ type Config struct {
 // Proxy is a forward proxy for one sandbox.
 type Proxy struct {
 	cfg     Config
-	local   map[netip.Addr]bool // this host's own addresses
 	scrub   map[string]*matcher // by credential host
 	srv     *http.Server        // the sandbox's connections
 	inner   *http.Server        // requests inside intercepted TLS connections
@@ -117,8 +126,9 @@ type Proxy struct {
 	tr      *http.Transport
 	wg      sync.WaitGroup // connections being served, tunnels, the inner server
 	mu      sync.Mutex
-	conns   map[net.Conn]struct{} // accepted connections and tunnels' upstreams
+	conns   map[net.Conn]struct{} // accepted connections and upstream connections
 	closed  bool
+	once    sync.Once       // Close
 	started bool            // the inner server runs
 	ctx     context.Context // ends at Close; every request runs under it
 	cancel  context.CancelFunc
@@ -140,7 +150,7 @@ func New(cfg Config) *Proxy {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		}
 	}
-	p := &Proxy{cfg: cfg, local: localAddrs(), conns: map[net.Conn]struct{}{}, scrub: map[string]*matcher{}}
+	p := &Proxy{cfg: cfg, conns: map[net.Conn]struct{}{}, scrub: map[string]*matcher{}}
 	for host, c := range cfg.Credentials {
 		p.scrub[host] = newMatcher(c.Value)
 	}
@@ -213,22 +223,54 @@ func (p *Proxy) Serve(l net.Listener) error {
 }
 
 // Close stops the proxy, closes every connection and waits for its
-// goroutines.
+// goroutines. Upstream connections are reset, not shut down, so the
+// kernel frees their buffers at once even if the upstream stopped reading.
+// Close may be called more than once, also concurrently.
 func (p *Proxy) Close() error {
-	p.cancel()
-	// http.Server.Close returns once its Serve loops have ended, so no
-	// connection starts being served (or counted in wg) after it.
-	err := p.srv.Close()
-	p.mu.Lock()
-	p.closed = true
-	for c := range p.conns {
-		c.Close()
+	var err error
+	p.once.Do(func() {
+		p.cancel()
+		// http.Server.Close returns once its Serve loops have ended, so no
+		// connection starts being served (or counted in wg) after it.
+		err = p.srv.Close()
+		p.mu.Lock()
+		p.closed = true
+		conns := make([]net.Conn, 0, len(p.conns))
+		for c := range p.conns {
+			conns = append(conns, c)
+		}
+		p.mu.Unlock()
+		for _, c := range conns { // an upConn's Close untracks itself
+			abort(c)
+		}
+		p.inner.Close()
+		p.innerL.Close()
+		p.wg.Wait()
+		p.tr.CloseIdleConnections()
+	})
+	return err
+}
+
+// abort closes c with a reset (SO_LINGER 0) when it is a TCP connection:
+// no FIN waits behind unsent bytes in a socket the process no longer
+// holds, for as long as the peer keeps its window shut.
+func abort(c net.Conn) {
+	if l, ok := c.(interface{ SetLinger(int) error }); ok {
+		l.SetLinger(0)
 	}
-	p.mu.Unlock()
-	p.inner.Close()
-	p.innerL.Close()
-	p.wg.Wait()
-	p.tr.CloseIdleConnections()
+	c.Close()
+}
+
+// upConn is an upstream connection, tracked for Close until closed.
+type upConn struct {
+	*net.TCPConn
+	once    sync.Once
+	untrack func()
+}
+
+func (c *upConn) Close() error {
+	err := c.TCPConn.Close()
+	c.once.Do(c.untrack)
 	return err
 }
 
@@ -348,15 +390,21 @@ func (p *Proxy) dialChecked(ctx context.Context, network, addr string) (net.Conn
 			return nil, fmt.Errorf("cannot resolve %s: %w", t.host, err)
 		}
 	}
+	// The host's addresses now, not when the proxy started: bridges come
+	// and go.
+	own := localAddrs()
 	var ok []netip.Addr
+	var why string
 	for _, a := range addrs {
 		a = a.Unmap()
-		if p.cfg.Policy.InCIDR(a) || (p.cfg.Policy.AllowAddr(a) && !p.local[a]) {
+		if allowed, reason := p.cfg.Policy.AllowAddr(a, own[a]); allowed {
 			ok = append(ok, a)
+		} else if why == "" {
+			why = reason
 		}
 	}
 	if len(ok) == 0 {
-		return nil, &deniedError{fmt.Sprintf("resolves to forbidden address %v", addrs)}
+		return nil, &deniedError{fmt.Sprintf("resolves to forbidden address %v: %s", addrs, why)}
 	}
 	var d net.Dialer
 	var err error
@@ -364,10 +412,29 @@ func (p *Proxy) dialChecked(ctx context.Context, network, addr string) (net.Conn
 		var c net.Conn
 		c, err = d.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(t.port)).String())
 		if err == nil {
-			return c, nil
+			return p.upstream(c)
 		}
 	}
 	return nil, err
+}
+
+// upstream bounds a new upstream connection's kernel buffers and tracks it
+// for Close.
+func (p *Proxy) upstream(c net.Conn) (net.Conn, error) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("upstream connection is a %T, not TCP", c)
+	}
+	tc.SetWriteBuffer(UpstreamBuffer)
+	tc.SetReadBuffer(UpstreamBuffer)
+	u := &upConn{TCPConn: tc}
+	u.untrack = func() { p.track(u, false) }
+	if !p.track(u, true) {
+		abort(tc)
+		return nil, errors.New("the proxy is closing")
+	}
+	return u, nil
 }
 
 // serveHTTP serves the sandbox's connection: CONNECT, or a proxy request
@@ -458,7 +525,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target, schem
 	p.rp.ServeHTTP(out, r.WithContext(ctx))
 	if s, ok := out.(*scrubWriter); ok {
 		s.flushTail()
-		s.scrubValues() // trailers, set after the body
+		s.scrubHeader() // trailers, set after the body
 	}
 	t.dec.BytesUp, t.dec.BytesDown = up.n.Load(), cw.n
 	p.logOnce(t.dec)
@@ -490,11 +557,6 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	t.dec.Allowed, t.dec.Addr = true, up.RemoteAddr().String()
 	defer up.Close()
-	if !p.track(up, true) {
-		http.Error(w, "agentsandbox proxy: closing", http.StatusServiceUnavailable)
-		return
-	}
-	defer p.track(up, false)
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		return
@@ -506,7 +568,9 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 
 // tunnel copies bytes both ways until either side closes, or until no byte
 // moved either way for IdleTimeout: every read that returns data pushes
-// both connections' deadlines further.
+// both connections' deadlines further. When a side fails (the sandbox's
+// connection is gone, a deadline passed) the upstream connection is reset,
+// which also ends a write blocked on an upstream that stopped reading.
 func (p *Proxy) tunnel(conn net.Conn, br *bufio.Reader, up net.Conn) (upN, downN int64) {
 	idle := &idleDeadline{d: p.cfg.IdleTimeout, conns: [2]net.Conn{conn, up}}
 	idle.touch()
@@ -518,13 +582,16 @@ func (p *Proxy) tunnel(conn net.Conn, br *bufio.Reader, up net.Conn) (upN, downN
 		defer close(done)
 		var err error
 		upN, err = io.Copy(up, idleReader{br, idle}) // buffered bytes first
-		if tc, ok := up.(*net.TCPConn); ok && err == nil {
-			tc.CloseWrite()
+		if cw, ok := up.(interface{ CloseWrite() error }); ok && err == nil {
+			cw.CloseWrite()
 		} else {
-			up.Close() // timed out, or the sandbox's side failed
+			abort(up) // timed out, or the sandbox's side failed
 		}
 	}()
-	downN, _ = io.Copy(conn, idleReader{up, idle})
+	downN, err := io.Copy(conn, idleReader{up, idle})
+	if err != nil {
+		abort(up) // timed out, or either side failed: nothing more can flow
+	}
 	conn.Close()
 	<-done
 	return upN, downN

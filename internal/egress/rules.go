@@ -1,8 +1,9 @@
 // Package egress is the host-side proxy through which an allow-listed
 // sandbox reaches the network. It speaks plain HTTP proxying and CONNECT,
 // resolves names itself and checks every resolved address, refuses
-// loopback, private, link-local (cloud metadata) and other special ranges
-// unless a CIDR rule names them, bounds concurrent connections, and — for
+// loopback, private, link-local (cloud metadata), other special ranges and
+// the host's own addresses unless a CIDR rule names that range (or
+// address) itself — "0.0.0.0/0" is not enough (see Policy.AllowAddr) —, bounds concurrent connections, and — for
 // hosts with a credential — terminates TLS with a per-sandbox CA to add the
 // credential's header upstream, so the secret never enters the sandbox.
 //
@@ -19,7 +20,11 @@
 //     Config.IdleTimeout) for its next request; a tunnel with no byte either
 //     way for Config.IdleTimeout (default 5 min) is closed;
 //   - bodies are streamed, never buffered; the credential scrubber holds
-//     back at most the length of the longest encoded form of the secret.
+//     back at most the length of the longest encoded form of the secret;
+//   - kernel memory: each upstream connection asks for UpstreamBuffer
+//     send and receive buffers instead of the kernel's autotuned ones
+//     (several MiB each), and is reset — its buffers freed — when its
+//     tunnel fails or the proxy closes.
 //
 // A request or response in progress is not bounded in time: a sandbox that
 // sends its body slowly, or stops reading a response, holds one of its
@@ -36,14 +41,16 @@
 // absolute URL's host is the one used; a Host header behind it is ignored,
 // as HTTP requires.) Plain http:// requests to a credential host are
 // refused unless Credential.AllowHTTP is set. The scrubber removes the
-// secret from response headers, bodies and trailers, as is and in its
+// secret from response header values (of 1xx responses too), bodies and
+// trailers, and drops a header or trailer whose name holds it, as is and in its
 // base64 (standard and URL alphabets, at any offset inside a larger
 // blob), hex, URL-escaped and JSON/JS-escaped forms, in any ASCII case,
 // across write boundaries; encoded forms shorter than 8 bytes are not
 // looked for. It cannot catch a secret the upstream transforms otherwise
 // (encrypts, hashes, reverses, compresses with an encoding it did not ask
 // for — such a response is replaced by a 502 —, wraps across lines, or
-// encodes twice).
+// encodes twice), nor one it returns piecewise (Range requests, offsets):
+// a credential given to an upstream that echoes requests is readable.
 package egress
 
 import (
@@ -102,9 +109,13 @@ func parseRule(p string) (Rule, error) {
 		if err != nil {
 			return Rule{}, fmt.Errorf("bad CIDR: %v", err)
 		}
+		if a := pfx.Addr(); a.Is4In6() && pfx.Bits() >= 96 { // ::ffff:10.0.0.0/104 is 10.0.0.0/8
+			pfx = netip.PrefixFrom(a.Unmap(), pfx.Bits()-96)
+		}
 		return Rule{Prefix: pfx.Masked()}, nil
 	}
 	if a, err := netip.ParseAddr(strings.Trim(p, "[]")); err == nil {
+		a = a.Unmap()
 		return Rule{Prefix: netip.PrefixFrom(a, a.BitLen())}, nil
 	}
 	host, port := p, 0
@@ -190,20 +201,45 @@ func (p Policy) AllowHost(host string) bool {
 	return false
 }
 
-// AllowAddr reports whether a connection to addr may be made: addresses in
-// a CIDR rule always may; otherwise only public unicast addresses may.
-func (p Policy) AllowAddr(addr netip.Addr) bool {
+// AllowAddr reports whether a connection to addr may be made, and if not,
+// why. own says addr is one of this host's addresses.
+//
+// A public unicast address that is not the host's own may always be
+// dialed (a name rule or an IP literal in a CIDR rule got the request this
+// far). Any other address is reached only through a CIDR rule that
+// contains it and names its range itself:
+//   - an address in a special-purpose range (loopback, private, link-local,
+//     CGNAT, multicast, documentation, ... — see specialRanges; also the
+//     6to4 form of one): a rule whose prefix lies inside that range, such
+//     as "127.0.0.1/32", "10.1.2.0/24" or "fd00::/8". A rule covering more,
+//     such as "0.0.0.0/0", "::/0", "0.0.0.0/1" or "8.0.0.0/5", does not;
+//   - one of the host's own addresses other than loopback (whether private
+//     or public): a rule naming exactly that address ("172.17.0.1/32").
+//
+// IPv4-mapped IPv6 addresses are taken as their IPv4 address.
+func (p Policy) AllowAddr(addr netip.Addr, own bool) (ok bool, why string) {
 	addr = addr.Unmap()
+	if !addr.IsValid() {
+		return false, "invalid address"
+	}
+	need, name, special := specialRange(addr)
+	if own && !addr.IsLoopback() {
+		need, name, special = netip.PrefixFrom(addr, addr.BitLen()), "an address of this host", true
+	}
+	if !special {
+		return true, ""
+	}
 	for _, r := range p.Rules {
-		if r.Prefix.IsValid() && r.Prefix.Contains(addr) {
-			return true
+		if r.Prefix.IsValid() && r.Prefix.Contains(addr) && r.Prefix.Bits() >= need.Bits() && need.Contains(r.Prefix.Addr()) {
+			return true, ""
 		}
 	}
-	return isPublic(addr)
+	return false, fmt.Sprintf("%v is %s (%v): only an allow rule inside that range, such as %v, reaches it; a wider one (0.0.0.0/0, ::/0) does not",
+		addr, name, need, netip.PrefixFrom(addr, addr.BitLen()))
 }
 
-// InCIDR reports whether addr is named by a CIDR rule (so an IP literal
-// may be used as the host).
+// InCIDR reports whether addr is in a CIDR rule (so an IP literal may be
+// used as the host; AllowAddr still decides whether it may be dialed).
 func (p Policy) InCIDR(addr netip.Addr) bool {
 	addr = addr.Unmap()
 	for _, r := range p.Rules {
@@ -214,29 +250,78 @@ func (p Policy) InCIDR(addr netip.Addr) bool {
 	return false
 }
 
-var special = func() []netip.Prefix {
-	var ps []netip.Prefix
-	for _, s := range []string{
-		"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-		"172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16",
-		"198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
-		"::/128", "::1/128", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/23", "2001:db8::/32",
-		"fc00::/7", "fe80::/10", "ff00::/8",
+// specialRanges are the address ranges that are not public unicast
+// (IANA's special-purpose registries, plus multicast and the deprecated
+// site-local range), with what they are.
+var specialRanges = func() []specialRangeT {
+	var rs []specialRangeT
+	for _, e := range [][2]string{
+		{"0.0.0.0/8", "\"this network\" (0.0.0.0 reaches this host's loopback)"},
+		{"10.0.0.0/8", "private"},
+		{"100.64.0.0/10", "shared address space (CGNAT)"},
+		{"127.0.0.0/8", "loopback"},
+		{"169.254.0.0/16", "link-local (cloud metadata)"},
+		{"172.16.0.0/12", "private"},
+		{"192.0.0.0/24", "IETF protocol assignments"},
+		{"192.0.2.0/24", "documentation"},
+		{"192.88.99.0/24", "6to4 relay anycast"},
+		{"192.168.0.0/16", "private"},
+		{"198.18.0.0/15", "benchmarking"},
+		{"198.51.100.0/24", "documentation"},
+		{"203.0.113.0/24", "documentation"},
+		{"224.0.0.0/4", "multicast"},
+		{"240.0.0.0/4", "reserved"},
+		{"::/128", "unspecified (reaches this host's loopback)"},
+		{"::1/128", "loopback"},
+		{"::/96", "IPv4-compatible (deprecated)"},
+		{"64:ff9b::/96", "NAT64"},
+		{"64:ff9b:1::/48", "local-use NAT64"},
+		{"100::/64", "discard-only"},
+		{"2001::/23", "IETF protocol assignments (Teredo included)"},
+		{"2001:db8::/32", "documentation"},
+		{"3fff::/20", "documentation"},
+		{"5f00::/16", "segment routing (SRv6) SIDs"},
+		{"fc00::/7", "unique local (private)"},
+		{"fe80::/10", "link-local"},
+		{"fec0::/10", "site-local (deprecated)"},
+		{"ff00::/8", "multicast"},
 	} {
-		ps = append(ps, netip.MustParsePrefix(s))
+		rs = append(rs, specialRangeT{netip.MustParsePrefix(e[0]), e[1]})
 	}
-	return ps
+	return rs
 }()
 
-// isPublic reports whether a is a globally routable unicast address.
-func isPublic(a netip.Addr) bool {
-	if !a.IsValid() {
-		return false
-	}
-	for _, p := range special {
-		if p.Contains(a) {
-			return false
+type specialRangeT struct {
+	pfx  netip.Prefix
+	name string
+}
+
+// sixToFour is the 6to4 range: 2002:V4ADDR::/48 carries IPv4 address V4ADDR.
+var sixToFour = netip.MustParsePrefix("2002::/16")
+
+// specialRange returns the narrowest special-purpose range holding a, and
+// what it is. A 6to4 address is special when the IPv4 address it carries
+// is: its range is the 6to4 form of that IPv4 range.
+func specialRange(a netip.Addr) (netip.Prefix, string, bool) {
+	var best specialRangeT
+	for _, r := range specialRanges {
+		if r.pfx.Contains(a) && (!best.pfx.IsValid() || r.pfx.Bits() > best.pfx.Bits()) {
+			best = r
 		}
 	}
-	return true
+	if best.pfx.IsValid() {
+		return best.pfx, best.name, true
+	}
+	if sixToFour.Contains(a) {
+		b := a.As16()
+		v4 := netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]})
+		if r, name, ok := specialRange(v4); ok {
+			r4 := r.Addr().As4()
+			var p [16]byte
+			p[0], p[1] = 0x20, 0x02
+			copy(p[2:6], r4[:])
+			return netip.PrefixFrom(netip.AddrFrom16(p), 16+r.Bits()), "6to4 of " + name, true
+		}
+	}
+	return netip.Prefix{}, "", false
 }

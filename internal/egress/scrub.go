@@ -169,8 +169,20 @@ func (m *matcher) scrubString(s string) string {
 	return string(out)
 }
 
+// contains reports whether s holds a match.
+func (m *matcher) contains(s string) bool {
+	b := []byte(s)
+	for i := range b {
+		if m.matchAt(b[i:]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // scrubWriter removes the credential's value and its encodings (see
-// matcher) from response headers, body and trailers, so an upstream that
+// matcher) from response headers (names and values, informational 1xx
+// responses included), body and trailers, so an upstream that
 // echoes requests back cannot hand the secret to the sandbox. It streams:
 // it holds back only the longest form's length minus one byte, so a copy
 // split across writes is caught.
@@ -188,7 +200,7 @@ func (s *scrubWriter) WriteHeader(code int) {
 		return
 	}
 	if code < 200 { // informational (103 Early Hints): more headers follow
-		s.scrubValues()
+		s.scrubHeader()
 		s.countWriter.ResponseWriter.WriteHeader(code)
 		return
 	}
@@ -219,16 +231,51 @@ func (s *scrubWriter) scrubHeaders() {
 		h.Set("Content-Type", "text/plain; charset=utf-8")
 		return
 	}
-	s.scrubValues()
+	s.scrubHeader()
 }
 
-func (s *scrubWriter) scrubValues() {
+// scrubHeader scrubs the header map about to be sent: the head of an
+// informational or final response, or the trailers after the body. A field
+// whose name holds the secret in any form the matcher knows is dropped (a
+// name cannot say "[redacted]": '[' is not allowed in a field name), and so
+// is such a name in the Trailer field's list; values are scrubbed.
+func (s *scrubWriter) scrubHeader() {
 	h := s.countWriter.Header()
 	for k, vs := range h {
+		if s.m.contains(k) {
+			delete(h, k)
+			continue
+		}
+		if http.CanonicalHeaderKey(k) == "Trailer" {
+			vs = s.trailerNames(vs)
+			if len(vs) == 0 {
+				delete(h, k)
+				continue
+			}
+			h[k] = vs
+		}
 		for i, v := range vs {
-			h[k][i] = s.m.scrubString(v)
+			vs[i] = s.m.scrubString(v)
 		}
 	}
+}
+
+// trailerNames returns the Trailer field's values without the names that
+// hold the secret.
+func (s *scrubWriter) trailerNames(vs []string) []string {
+	var out []string
+	for _, v := range vs {
+		var keep []string
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" && !s.m.contains(name) {
+				keep = append(keep, name)
+			}
+		}
+		if len(keep) > 0 {
+			out = append(out, strings.Join(keep, ", "))
+		}
+	}
+	return out
 }
 
 func (s *scrubWriter) Write(p []byte) (int, error) {
