@@ -408,3 +408,52 @@ func host(t *testing.T, u string) string {
 	}
 	return p.Hostname()
 }
+
+// A client that half-closes (sends its request, then ends its side) still
+// gets the answer a server sends after reading that end.
+func TestExposeHalfClose(t *testing.T) {
+	t.Parallel()
+	sb := newPython(t)
+	ctx, stop := context.WithCancel(testCtx(t))
+	defer stop()
+	cmd := sb.Command(ctx, "python3", "-c", `
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 8000))
+s.listen(1)
+print("listening", flush=True)
+c, _ = s.accept()
+n = 0
+while True:
+    b = c.recv(65536)
+    if not b:
+        break
+    n += len(b)
+c.sendall(b"read %d bytes to the end\n" % n)
+c.close()
+`)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	if line, err := bufio.NewReader(out).ReadString('\n'); line != "listening\n" {
+		t.Fatalf("the server: %q %v", line, err)
+	}
+	u, err := sb.Expose(ctx, 8000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", strings.TrimPrefix(u, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(testenv.HangGuard))
+	io.WriteString(c, "0123456789")
+	c.(*net.TCPConn).CloseWrite()
+	got, err := io.ReadAll(c)
+	if string(got) != "read 10 bytes to the end\n" || err != nil {
+		t.Errorf("answer after the half-close: %q, %v", got, err)
+	}
+}
