@@ -7,4 +7,10 @@ var (
 	WithTestUpstreamRoots = withUpstreamRoots
 	// WithTestTimeout replaces DefaultTimeout for one sandbox.
 	WithTestTimeout = withTimeout
+	// WithTestExposeBounds replaces Expose's idle bound, its bound after
+	// the host client's end and its connection cap for one sandbox.
+	WithTestExposeBounds = withExposeBounds
 )
+
+// ExposeMaxConns is the cap on a sandbox's open Expose connections.
+const ExposeMaxConns = exposeMaxConns

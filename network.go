@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/agentsandbox/sandbox/internal/agentconn"
@@ -173,6 +175,8 @@ type exposures struct {
 	mu     sync.Mutex
 	m      map[int]*exposure
 	closed bool
+	addr   netip.Addr   // the loopback address of the sandbox's URLs, drawn at the first Expose
+	open   atomic.Int32 // open connections, all ports
 }
 
 type exposure struct {
@@ -181,6 +185,107 @@ type exposure struct {
 	wg  sync.WaitGroup
 	mu  sync.Mutex
 	cs  map[net.Conn]struct{}
+}
+
+// Bounds on the connections through Expose URLs (see Expose).
+const (
+	// exposeIdle closes a connection on which neither side sent a byte
+	// for so long.
+	exposeIdle = 5 * time.Minute
+	// exposeAfterEOF closes a connection whose host client has ended its
+	// side (closed, or only half-closed) once the sandbox's side has sent
+	// nothing for so long: a client gone, a server that never answers.
+	exposeAfterEOF = 10 * time.Second
+	// exposeMaxConns bounds a sandbox's open Expose connections (all its
+	// ports together); a connection past it is closed at once.
+	exposeMaxConns = 256
+)
+
+// exposeBounds are the bounds in force for a sandbox (a test hook may
+// shorten them).
+type exposeBounds struct {
+	idle, afterEOF time.Duration
+	max            int
+}
+
+func (s *Sandbox) exposeBounds() exposeBounds {
+	b := exposeBounds{idle: exposeIdle, afterEOF: exposeAfterEOF, max: exposeMaxConns}
+	if t := s.cfg.expose; t != nil {
+		b = *t
+	}
+	return b
+}
+
+// exposeHosts are the loopback addresses of this process's sandboxes'
+// Expose URLs: one per sandbox, so that cookies, which ignore ports but
+// not hosts, never go from one sandbox's web app to another's.
+var exposeHosts struct {
+	mu     sync.Mutex
+	used   map[netip.Addr]bool
+	shared bool // this host routes only 127.0.0.1 (macOS without aliases)
+}
+
+var sharedLoopback = netip.MustParseAddr("127.0.0.1")
+
+// drawLoopback reserves an unused address of 127.1.1.1-127.254.254.254
+// (127.0.x.x is left to the host's own services: 127.0.0.1, 127.0.0.53,
+// 127.0.1.1), or returns 127.0.0.1 on a host that routes nothing else.
+func drawLoopback() netip.Addr {
+	h := &exposeHosts
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.shared {
+		return sharedLoopback
+	}
+	for {
+		var b [3]byte
+		rand.Read(b[:])
+		a := netip.AddrFrom4([4]byte{127, 1 + b[0]%254, 1 + b[1]%254, 1 + b[2]%254})
+		if !h.used[a] {
+			if h.used == nil {
+				h.used = map[netip.Addr]bool{}
+			}
+			h.used[a] = true
+			return a
+		}
+	}
+}
+
+func releaseLoopback(a netip.Addr) {
+	h := &exposeHosts
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.used, a)
+}
+
+// listen listens on a new port of the sandbox's loopback address,
+// drawing the address first if need be. Called with x.mu held.
+func (x *exposures) listen() (net.Listener, error) {
+	if x.addr.IsValid() {
+		return net.Listen("tcp", netip.AddrPortFrom(x.addr, 0).String())
+	}
+	for range 16 {
+		a := drawLoopback()
+		l, err := net.Listen("tcp", netip.AddrPortFrom(a, 0).String())
+		switch {
+		case err == nil:
+			x.addr = a
+			return l, nil
+		case a == sharedLoopback:
+			return nil, err
+		}
+		releaseLoopback(a)
+		switch {
+		case errors.Is(err, syscall.EADDRINUSE): // another process's: draw again
+		case errors.Is(err, syscall.EADDRNOTAVAIL): // only 127.0.0.1 is there
+			exposeHosts.mu.Lock()
+			exposeHosts.shared = true
+			exposeHosts.mu.Unlock()
+		default:
+			return nil, err
+		}
+	}
+	return nil, errors.New("no free loopback address found")
 }
 
 // relayPorts is the range the relay port is drawn from: the sandbox's
@@ -291,14 +396,33 @@ func (s *Sandbox) logDecision(d egress.Decision) {
 	s.log.LogAttrs(context.Background(), slog.LevelInfo, "sandbox.network", attrs...)
 }
 
-// Expose returns a URL on the host's loopback interface ("http://127.0.0.1:PORT")
-// that forwards connections to port on the sandbox's loopback interface,
-// for a web app the sandbox runs (listening on 127.0.0.1 or on every
-// address). It works whatever the network policy, the zero one included:
-// each connection is carried by the sandbox's agent over its own stream,
-// not by a network. Exposing the same port again returns the same URL.
-// When nothing listens on the port, a request gets an HTTP 502 answer
-// saying so. Close removes the listener.
+// Expose returns a URL on the host's loopback interface
+// ("http://127.X.Y.Z:PORT") that forwards connections to port on the
+// sandbox's loopback interface, for a web app the sandbox runs (listening
+// on 127.0.0.1 or on every address). It works whatever the network
+// policy, the zero one included: each connection is carried by the
+// sandbox's agent over its own stream, not by a network. Exposing the
+// same port again returns the same URL. When nothing listens on the port,
+// a request gets an HTTP 502 answer saying so. Close removes the
+// listener and cuts the connections.
+//
+// Each sandbox's URLs have a host of their own, an address of
+// 127.0.0.0/8 drawn for it (all its ports share it), so a cookie one
+// sandbox's app sets is not sent to another's by a browser or cookie jar
+// (cookies ignore ports, not hosts). This needs a host that routes all of
+// 127.0.0.0/8 to loopback, as Linux and Windows do; where binding such an
+// address fails (macOS without aliases) every URL is on 127.0.0.1 and
+// cookies are shared.
+//
+// A connection is closed, both on the host and in the sandbox, once
+// neither side has sent a byte for 5 minutes, or once the host client
+// has ended its side (closed or half-closed) and the sandbox's side has
+// sent nothing for 10 seconds; a client that closes before the answer
+// therefore holds nothing for longer. A sandbox has at most 256 open
+// connections through its URLs (all ports together): one past them is
+// closed at once, and the audit log gets a "sandbox.expose.refused"
+// record. These bounds hold the same on every backend: the URLs are
+// served by this process.
 func (s *Sandbox) Expose(ctx context.Context, port int) (url string, err error) {
 	defer func() {
 		s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.expose", slog.String("sandbox", s.id),
@@ -319,7 +443,7 @@ func (s *Sandbox) Expose(ctx context.Context, port int) (url string, err error) 
 	if e, ok := x.m[port]; ok {
 		return e.url, nil
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := x.listen()
 	if err != nil {
 		return "", fmt.Errorf("sandbox: Expose: %w", err)
 	}
@@ -328,21 +452,38 @@ func (s *Sandbox) Expose(ctx context.Context, port int) (url string, err error) 
 		x.m = map[int]*exposure{}
 	}
 	x.m[port] = e
+	b := s.exposeBounds()
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
+		var pause time.Duration
 		for {
 			c, err := l.Accept()
 			if err != nil {
-				return
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				// Out of descriptors, say: try again (as net/http does).
+				pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+				time.Sleep(pause)
+				continue
+			}
+			pause = 0
+			if n := x.open.Add(1); int(n) > b.max {
+				x.open.Add(-1)
+				s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox.expose.refused",
+					slog.String("sandbox", s.id), slog.Int("port", port), slog.Int("max_connections", b.max))
+				c.Close() // after the record: a client that sees the close finds it
+				continue
 			}
 			e.track(c, true)
 			e.wg.Add(1)
 			go func() {
 				defer e.wg.Done()
+				defer x.open.Add(-1)
 				defer e.track(c, false)
 				defer c.Close()
-				s.forwardExposed(c, port)
+				s.forwardExposed(c, port, b)
 			}()
 		}
 	}()
@@ -373,14 +514,20 @@ func (e *exposure) close() {
 func (x *exposures) closeAll() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if x.closed {
+		return
+	}
 	x.closed = true
 	for _, e := range x.m {
 		e.close()
 	}
+	if x.addr.IsValid() && x.addr != sharedLoopback {
+		releaseLoopback(x.addr)
+	}
 }
 
 // forwardExposed splices a host connection to the sandbox's port.
-func (s *Sandbox) forwardExposed(c net.Conn, port int) {
+func (s *Sandbox) forwardExposed(c net.Conn, port int, b exposeBounds) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
 	up, err := s.agent.Dial(ctx, port)
 	cancel()
@@ -398,19 +545,112 @@ func (s *Sandbox) forwardExposed(c net.Conn, port int) {
 			why = de.Msg
 		}
 		msg := fmt.Sprintf("agentsandbox: nothing accepts connections on port %d in sandbox %s: %s\n", port, shortID(s.id), why)
+		c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 		fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(msg), msg)
 		return
 	}
-	defer up.Close()
+	w := newExposeWatch(c, up, b)
+	defer w.stop()
 	done := make(chan struct{})
 	go func() {
-		io.Copy(up, c)
+		defer close(done)
+		if _, err := io.Copy(up, w.reader(c)); err != nil {
+			// A reset, or the watch closed it: the sandbox's side goes too.
+			c.Close()
+			up.Close()
+			return
+		}
+		// The client ended its side: the sandbox's server reads the end,
+		// and has exposeAfterEOF of silence to answer.
+		w.hostEnded()
 		up.(interface{ CloseWrite() error }).CloseWrite()
-		close(done)
 	}()
-	io.Copy(c, up)
+	io.Copy(c, w.reader(up))
 	c.Close()
+	up.Close()
 	<-done
+}
+
+// exposeWatch closes an Expose connection's two ends once it has been
+// quiet past its bound: a timer, no goroutine.
+type exposeWatch struct {
+	host, up net.Conn
+	b        exposeBounds
+	start    time.Time
+	last     atomic.Int64 // when a byte last moved, as time since start
+
+	mu     sync.Mutex
+	t      *time.Timer
+	ended  bool // the host client ended its side
+	closed bool
+}
+
+func newExposeWatch(host, up net.Conn, b exposeBounds) *exposeWatch {
+	w := &exposeWatch{host: host, up: up, b: b, start: time.Now()}
+	w.mu.Lock()
+	w.t = time.AfterFunc(b.idle, w.check)
+	w.mu.Unlock()
+	return w
+}
+
+func (w *exposeWatch) touch() { w.last.Store(int64(time.Since(w.start))) }
+
+// bound is the silence allowed now. Called with w.mu held.
+func (w *exposeWatch) bound() time.Duration {
+	if w.ended {
+		return min(w.b.idle, w.b.afterEOF)
+	}
+	return w.b.idle
+}
+
+func (w *exposeWatch) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	quiet := time.Since(w.start) - time.Duration(w.last.Load())
+	if left := w.bound() - quiet; left > 0 {
+		w.t.Reset(left)
+		return
+	}
+	w.closed = true
+	w.host.Close()
+	w.up.Close()
+}
+
+// hostEnded shortens the bound to exposeAfterEOF from now.
+func (w *exposeWatch) hostEnded() {
+	w.touch()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ended = true
+	if !w.closed {
+		w.t.Reset(w.bound())
+	}
+}
+
+func (w *exposeWatch) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	w.t.Stop()
+}
+
+// reader notes each read of r that moved bytes.
+func (w *exposeWatch) reader(r io.Reader) io.Reader { return touchReader{r, w} }
+
+type touchReader struct {
+	r io.Reader
+	w *exposeWatch
+}
+
+func (t touchReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if n > 0 {
+		t.w.touch()
+	}
+	return n, err
 }
 
 // closeNetwork closes the exposures and the proxy (after the instance is
@@ -433,6 +673,14 @@ func withResolver(f resolveFunc) Option {
 
 func withTimeout(d time.Duration) Option {
 	return func(c *config) error { c.timeout = d; return nil }
+}
+
+// withExposeBounds replaces Expose's bounds for one sandbox.
+func withExposeBounds(idle, afterEOF time.Duration, maxConns int) Option {
+	return func(c *config) error {
+		c.expose = &exposeBounds{idle: idle, afterEOF: afterEOF, max: maxConns}
+		return nil
+	}
 }
 
 func withUpstreamRoots(p *x509.CertPool) Option {

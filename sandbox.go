@@ -93,6 +93,7 @@ type config struct {
 	timeout       time.Duration  // bound on each wait the caller's context does not bound (DefaultTimeout; a test hook can shorten it)
 	resolve       resolveFunc    // test hook: the proxy's resolver
 	upstreamRoots *x509.CertPool // test hook: roots for intercepted upstreams
+	expose        *exposeBounds  // test hook: Expose's bounds (nil: the defaults)
 
 	rules netRules // network.Allow, parsed once (WithNetwork)
 }
