@@ -782,12 +782,8 @@ func (t *tarWalk) add(dirfd int, base, name string, depth int) error {
 	}
 	unix.SetNonblock(fd, false)
 	if t.limit > 0 && st.Size > t.limit-t.bytes {
-		what := "file contents"
-		if t.capture {
-			what = "the working directory's file contents (sparse files count in full)"
-		}
 		return &fs.PathError{Op: "copy", Path: t.pathOf(name, base), Err: coded{wire.CodeTooLarge,
-			fmt.Sprintf("%s add up to more than %d bytes: %d bytes so far, and this file has %d", what, t.limit, t.bytes, st.Size)}}
+			fmt.Sprintf("file contents add up to more than %d bytes: %d so far, and this file has %d (sparse files count in full)", t.limit, t.bytes, st.Size)}}
 	}
 	if st.Nlink > 1 && t.linkBytes+int64(len(name)) <= linkNames {
 		t.links[key] = &linked{name: name, left: uint64(st.Nlink) - 1}
