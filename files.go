@@ -442,7 +442,7 @@ func (s *Sandbox) CopyOut(ctx context.Context, src, hostDir string, opts ...Copy
 		}
 	}
 	var hostErr error
-	_, err := s.fileOp(ctx, wire.FileRequest{Op: wire.Tar, Path: []byte(p), Limit: o.maxBytes}, func(op *agentconn.FileOp) error {
+	res, err := s.fileOp(ctx, wire.FileRequest{Op: wire.Tar, Path: []byte(p), Limit: o.maxBytes}, func(op *agentconn.FileOp) error {
 		r := io.TeeReader(op, cr)
 		hostErr = tarsafe.Extract(r, hostDir, xo)
 		if hostErr == nil {
@@ -467,6 +467,9 @@ func (s *Sandbox) CopyOut(ctx context.Context, src, hostDir string, opts ...Copy
 		slog.Int64("tar_bytes", cr.n.n)}
 	if nskipped > 0 {
 		attrs = append(attrs, slog.Int("skipped_links", nskipped), slog.Any("skipped", skipped))
+	}
+	if res.Skips > 0 { // directories the agent could not open for want of descriptors
+		attrs = append(attrs, slog.Int64("skipped_dirs", res.Skips), slog.Any("skipped_dir_names", skippedNames(res.Skipped)))
 	}
 	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.file.copyout", append(attrs, errAttr(err))...)
 	if err != nil {

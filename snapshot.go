@@ -82,7 +82,15 @@ func (sn *Snapshot) Size() int64 { return sn.content.Size() }
 // and the engine is not involved, so the source keeps running on any
 // backend. Files its user made unreadable to themselves (chmod 000) are
 // read too, and keep their modes. More than the disk limit of file
-// contents is an error wrapping ErrTooLarge.
+// contents is an error wrapping ErrTooLarge, as is an archive whose
+// entries' headers (names, link targets, times: about 1.5 KiB an entry
+// with long names) take more than 64 MiB plus four times the disk limit;
+// the error says which. The agent walks the tree a directory buffer at a
+// time, relative to directory descriptors, so its memory does not grow
+// with the number of names and paths longer than PATH_MAX are kept; a
+// directory it cannot open for want of descriptors (a tree deeper than
+// about Limits.OpenFiles levels) is kept empty, and a
+// "sandbox.snapshot.skipped" record names it.
 func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
 	start := time.Now()
 	var size int64
@@ -92,7 +100,8 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
 	}()
 	bound := s.snapshotBound()
 	var content *blob.Blob
-	_, err = s.fileOp(ctx, wire.FileRequest{Op: wire.Capture, Path: []byte(s.cfg.workdir), Limit: bound}, func(op *agentconn.FileOp) error {
+	var res wire.FileResult
+	res, err = s.fileOp(ctx, wire.FileRequest{Op: wire.Capture, Path: []byte(s.cfg.workdir), Limit: bound}, func(op *agentconn.FileOp) error {
 		var err error
 		content, err = blob.Write("", op, archiveBound(bound))
 		return err
@@ -102,9 +111,13 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
 			content.Close()
 		}
 		switch {
-		case errors.Is(err, ErrFileTooLarge), errors.Is(err, blob.ErrTooLarge):
-			err = fmt.Errorf("%w: snapshot: the working directory's files add up to more than %d bytes (the disk limit); sparse files count in full: %v",
-				ErrTooLarge, bound, err)
+		case errors.Is(err, ErrFileTooLarge):
+			// The agent's reason: file contents over the disk limit, or
+			// entries' headers over their bound (see wire.CaptureHeaderBound).
+			err = fmt.Errorf("%w: snapshot: %v", ErrTooLarge, err)
+		case errors.Is(err, blob.ErrTooLarge):
+			err = fmt.Errorf("%w: snapshot: the archive sent is larger than %d bytes (%d of file contents, the disk limit, and %d of entries' headers): %v",
+				ErrTooLarge, archiveBound(bound), bound, wire.CaptureHeaderBound(bound), err)
 		case errors.Is(err, ErrSandboxGone), errors.Is(err, ErrUnresponsive), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		default:
 			err = &fs.PathError{Op: "snapshot", Path: s.cfg.workdir, Err: err}
@@ -112,6 +125,10 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
 		return nil, err
 	}
 	size = content.Size()
+	if res.Skips > 0 {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "sandbox.snapshot.skipped", slog.String("sandbox", s.id),
+			slog.Int64("entries", res.Skips), slog.Any("first", skippedNames(res.Skipped)))
+	}
 	cfg := s.cfg
 	cfg.env = append([]string(nil), s.cfg.env...)
 	cfg.snapshot, cfg.base, cfg.take = "", "", nil
@@ -136,13 +153,23 @@ func (s *Sandbox) snapshotBound() int64 {
 }
 
 // archiveBound bounds the archive of at most contents bytes of file
-// contents: those plus room for the entries' headers (the agent bounds the
-// contents; this bounds what the library stores whatever it is sent).
+// contents: those plus the entries' headers (the agent bounds both, and
+// says which was too large; this bounds what the library stores whatever
+// it is sent).
 func archiveBound(contents int64) int64 {
 	if contents <= 0 {
 		return 0
 	}
-	return 2*contents + 64<<20
+	return contents + wire.CaptureHeaderBound(contents) + wire.CaptureSlack
+}
+
+// skippedNames are the names of entries an archive left out, for a log.
+func skippedNames(names [][]byte) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = string(n)
+	}
+	return out
 }
 
 // restoreWorkdir fills the fresh working directory with the snapshot's

@@ -232,9 +232,15 @@ func (a *agent) runFile(op *fileOp, req wire.FileRequest) wire.FileResult {
 			return tarsafe.Extract(in, p, tarsafe.ExtractOptions{Faithful: true})
 		})
 	case wire.Tar:
-		err = a.fs.as(id, func() error { return writeTar(out, p, req.Limit) })
+		err = a.fs.as(id, func() error {
+			sk, err := writeTar(out, p, req.Limit)
+			res.Skipped, res.Skips = skippedOf(sk)
+			return err
+		})
 	case wire.Capture:
-		err = a.capture(id, p, req.Limit, out)
+		var sk *skipped
+		sk, err = a.capture(id, p, req.Limit, out)
+		res.Skipped, res.Skips = skippedOf(sk)
 	default:
 		err = fmt.Errorf("agent: unknown file operation %q", req.Op)
 	}
@@ -244,6 +250,14 @@ func (a *agent) runFile(op *fileOp, req wire.FileRequest) wire.FileResult {
 	}
 	res.Err = fileErr(err)
 	return res
+}
+
+// skippedOf is what sk lists, for a FileResult.
+func skippedOf(sk *skipped) ([][]byte, int64) {
+	if sk == nil {
+		return nil, 0
+	}
+	return sk.names, sk.n
 }
 
 // fileErr describes err for the library.
@@ -545,14 +559,23 @@ func (a *agent) readDir(id fsID, p string, limit int64, out io.Writer) error {
 // a directory) to out: directories, regular files, symbolic links (not
 // followed) and hard links; other kinds of file are left out. At most
 // limit bytes of file contents are sent. It runs on a worker: every access
-// is the sandbox user's.
-func writeTar(out io.Writer, p string, limit int64) error {
-	tw := tar.NewWriter(out)
-	t := &tarWalk{tw: tw, limit: limit, links: map[[2]uint64]string{}}
-	if err := t.add(p, path.Base(p)); err != nil {
-		return err
+// is the sandbox user's. It returns the entries it had to leave out (see
+// tarWalk.skip).
+func writeTar(out io.Writer, p string, limit int64) (*skipped, error) {
+	t := newTarWalk(out, limit)
+	dir, base := path.Split(p)
+	if base == "" { // "/"
+		dir, base = "/", "/"
 	}
-	return tw.Close()
+	dirfd, err := open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(dirfd)
+	if err := t.add(dirfd, base, path.Base(p), 0); err != nil {
+		return &t.skipped, err
+	}
+	return &t.skipped, t.tw.Close()
 }
 
 // writeTarContents is writeTar of the contents of directory p, named
@@ -560,43 +583,141 @@ func writeTar(out io.Writer, p string, limit int64) error {
 // setgid and sticky bits are kept, and files and directories of owner
 // that its own permissions close to it (chmod 000) are opened for the
 // copy and given their modes back, so the sandbox's processes must be
-// stopped meanwhile (see capture).
-func writeTarContents(out io.Writer, p string, limit int64, owner uint32) error {
-	tw := tar.NewWriter(out)
-	t := &tarWalk{tw: tw, limit: limit, links: map[[2]uint64]string{}, owner: owner, capture: true}
-	if err := t.add(p, ""); err != nil {
-		return err
+// stopped meanwhile (see capture). Beyond limit bytes of file contents,
+// or wire.CaptureHeaderBound(limit) bytes of the rest, it fails saying
+// which.
+func writeTarContents(out io.Writer, p string, limit int64, owner uint32) (*skipped, error) {
+	t := newTarWalk(out, limit)
+	t.owner, t.capture, t.headLimit = owner, true, wire.CaptureHeaderBound(limit)
+	if err := t.add(unix.AT_FDCWD, p, "", 0); err != nil {
+		return &t.skipped, err
 	}
-	return tw.Close()
+	return &t.skipped, t.tw.Close()
 }
+
+// The walk's bounds: what it holds does not grow with the number of names
+// in a directory, only (by a few KiB and one descriptor a level) with the
+// depth of the tree.
+const (
+	// direntBuf is the getdents buffer of each directory being walked:
+	// the names of one buffer are taken at a time.
+	direntBuf = 4 << 10
+	// linkNames bounds the bytes of names the walk remembers for files
+	// with several links; beyond it, further linked files are stored
+	// whole (their contents counted again) rather than as links.
+	linkNames = 16 << 20
+)
 
 type tarWalk struct {
-	tw      *tar.Writer
-	limit   int64
-	bytes   int64
-	links   map[[2]uint64]string // device and inode of files with several links: first name
-	owner   uint32               // with capture: whose closed files may be opened
-	capture bool                 // see writeTarContents
+	tw        *tar.Writer
+	cw        *countWriter
+	limit     int64 // most bytes of file contents (0: no bound)
+	headLimit int64 // most bytes of the rest (0: no bound)
+	bytes     int64 // bytes of file contents so far
+	entries   int64
+	links     map[[2]uint64]*linked // device and inode of files with several links
+	linkBytes int64                 // bytes of names in links
+	owner     uint32                // with capture: whose closed files may be opened
+	capture   bool                  // see writeTarContents
+	skipped   skipped
 }
 
-// opened lets the owner in to a file or directory of theirs that they
-// closed to themselves, until the returned function gives it its mode
-// back.
-func (t *tarWalk) opened(p string, st *unix.Stat_t, need uint32) func() {
+// linked is a file with several links met by the walk: the archive name
+// of its first link, and how many of its links are still to come (it is
+// forgotten when none are).
+type linked struct {
+	name string
+	left uint64
+}
+
+// skipped lists what a walk left out.
+type skipped struct {
+	names [][]byte
+	n     int64
+}
+
+func (s *skipped) add(name string) {
+	if len(s.names) < wire.MaxSkipped {
+		s.names = append(s.names, []byte(name))
+	}
+	s.n++
+}
+
+func newTarWalk(out io.Writer, limit int64) *tarWalk {
+	cw := &countWriter{w: out}
+	return &tarWalk{tw: tar.NewWriter(cw), cw: cw, limit: limit, links: map[[2]uint64]*linked{}}
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// header writes hdr, refusing to go beyond headLimit bytes of everything
+// but file contents. The bound is checked before, with the most the header
+// can take, so that what the library receives stays within its own bound.
+func (t *tarWalk) header(hdr *tar.Header) error {
+	t.entries++
+	if t.headLimit > 0 {
+		// A PAX header (512 bytes and its records: the name, the link
+		// target, times, ids), the header itself, and the padding of the
+		// entry before it.
+		most := int64(4<<10 + 2*(len(hdr.Name)+len(hdr.Linkname)))
+		if t.cw.n-t.bytes+most > t.headLimit {
+			return coded{wire.CodeTooLarge, fmt.Sprintf(
+				"the archive's entries (names, link targets, times) take more than %d bytes besides file contents, at entry %d (%d bytes of file contents so far): too many entries or too long names",
+				t.headLimit, t.entries, t.bytes)}
+		}
+	}
+	return t.tw.WriteHeader(hdr)
+}
+
+// opened lets the owner in to a file or directory of theirs (base, in
+// dirfd) that they closed to themselves, until the returned function
+// gives it its mode back.
+func (t *tarWalk) opened(dirfd int, base string, st *unix.Stat_t, need uint32) func() {
 	if !t.capture || st.Uid != t.owner || st.Mode&need == need {
 		return func() {}
 	}
 	mode := st.Mode & 0o7777
-	if unix.Chmod(p, mode|need) != nil {
+	if unix.Fchmodat(dirfd, base, mode|need, 0) != nil {
 		return func() {}
 	}
-	return func() { unix.Chmod(p, mode) }
+	return func() { unix.Fchmodat(dirfd, base, mode, 0) }
 }
 
-func (t *tarWalk) add(p, name string) error {
+// openAt opens base in directory dirfd (base is a single name, or with
+// dirfd AT_FDCWD the walk's top path), refusing what open refuses.
+func openAt(dirfd int, base string, flags int) (int, error) {
+	if dirfd == unix.AT_FDCWD {
+		return open(base, flags)
+	}
+	fd, err := unix.Openat(dirfd, base, flags|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return -1, err
+	}
+	if ownProc(fd) {
+		unix.Close(fd)
+		return -1, unix.EACCES
+	}
+	return fd, nil
+}
+
+// add archives the file base of directory dirfd (and its tree if it is a
+// directory) as name. Every access is relative to a directory descriptor,
+// so no path the kernel is given is longer than one name: a tree deeper
+// than PATH_MAX is walked whole.
+func (t *tarWalk) add(dirfd int, base, name string, depth int) error {
 	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
-		return &fs.PathError{Op: "lstat", Path: p, Err: err}
+	if err := unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &fs.PathError{Op: "lstat", Path: t.pathOf(name, base), Err: err}
 	}
 	mode := goMode(st.Mode)
 	hdr := &tar.Header{
@@ -610,71 +731,69 @@ func (t *tarWalk) add(p, name string) error {
 	case mode.IsDir():
 		hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
 		if name != "" { // "": the top of writeTarContents
-			if err := t.tw.WriteHeader(hdr); err != nil {
+			if err := t.header(hdr); err != nil {
 				return err
 			}
 		}
-		defer t.opened(p, &st, 0o500)()
-		fd, err := open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
+		defer t.opened(dirfd, base, &st, 0o500)()
+		fd, err := openAt(dirfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
+		if (err == unix.EMFILE || err == unix.ENFILE) && name != "" {
+			// Too deep for the descriptors the sandbox's limit leaves:
+			// the directory is kept, empty, and the walk says so.
+			t.skipped.add(name + "/")
+			return nil
+		}
 		if err != nil {
-			return &fs.PathError{Op: "open", Path: p, Err: err}
+			return &fs.PathError{Op: "open", Path: t.pathOf(name, base), Err: err}
 		}
-		d := os.NewFile(uintptr(fd), p)
-		names, err := d.Readdirnames(-1)
-		d.Close()
-		if err != nil {
-			return &fs.PathError{Op: "readdir", Path: p, Err: err}
-		}
-		for _, n := range names {
-			child := n
-			if name != "" {
-				child = name + "/" + n
-			}
-			if err := t.add(path.Join(p, n), child); err != nil {
-				return err
-			}
-		}
-		return nil
+		defer unix.Close(fd)
+		return t.dir(fd, name, depth)
 	case mode&fs.ModeSymlink != 0:
-		target, err := os.Readlink(p)
+		target, err := readlinkAt(dirfd, base, st.Size)
 		if err != nil {
-			return err
+			return &fs.PathError{Op: "readlink", Path: t.pathOf(name, base), Err: err}
 		}
 		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
-		return t.tw.WriteHeader(hdr)
+		return t.header(hdr)
 	case !mode.IsRegular():
 		return nil // devices, FIFOs, sockets
 	}
 	key := [2]uint64{uint64(st.Dev), st.Ino}
 	if st.Nlink > 1 {
-		if first, ok := t.links[key]; ok {
-			hdr.Typeflag, hdr.Linkname = tar.TypeLink, first
-			return t.tw.WriteHeader(hdr)
+		if l, ok := t.links[key]; ok {
+			hdr.Typeflag, hdr.Linkname = tar.TypeLink, l.name
+			if l.left--; l.left == 0 {
+				delete(t.links, key)
+				t.linkBytes -= int64(len(l.name))
+			}
+			return t.header(hdr)
 		}
 	}
-	reclose := t.opened(p, &st, 0o400)
-	fd, err := open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
+	reclose := t.opened(dirfd, base, &st, 0o400)
+	fd, err := openAt(dirfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
 	reclose()
 	if err != nil {
-		return &fs.PathError{Op: "open", Path: p, Err: err}
+		return &fs.PathError{Op: "open", Path: t.pathOf(name, base), Err: err}
 	}
-	f := os.NewFile(uintptr(fd), p)
+	f := os.NewFile(uintptr(fd), base)
 	defer f.Close()
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil // replaced meanwhile by something else
 	}
 	unix.SetNonblock(fd, false)
 	if t.limit > 0 && st.Size > t.limit-t.bytes {
-		return &fs.PathError{Op: "copy", Path: p, Err: tooLarge(t.limit)}
+		return &fs.PathError{Op: "copy", Path: t.pathOf(name, base), Err: coded{wire.CodeTooLarge,
+			fmt.Sprintf("file contents add up to more than %d bytes: %d so far, and this file has %d (sparse files count in full)", t.limit, t.bytes, st.Size)}}
 	}
-	t.bytes += st.Size
-	if st.Nlink > 1 {
-		t.links[key] = name
+	if st.Nlink > 1 && t.linkBytes+int64(len(name)) <= linkNames {
+		t.links[key] = &linked{name: name, left: uint64(st.Nlink) - 1}
+		t.linkBytes += int64(len(name))
 	}
 	hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
-	if err := t.tw.WriteHeader(hdr); err != nil {
+	if err := t.header(hdr); err != nil {
 		return err
 	}
+	t.bytes += st.Size
 	// Exactly the size announced: a file that grows is cut, one that
 	// shrinks is padded with zeros.
 	n, err := io.CopyN(t.tw, f, st.Size)
@@ -682,6 +801,62 @@ func (t *tarWalk) add(p, name string) error {
 		_, err = io.CopyN(t.tw, zeros{}, st.Size-n)
 	}
 	return err
+}
+
+// dir archives the entries of the open directory fd (named name), a
+// buffer of names at a time, in the order the file system lists them
+// (the same files in the same file system list alike, so a snapshot's
+// digest is stable; nothing is sorted, which would hold every name).
+func (t *tarWalk) dir(fd int, name string, depth int) error {
+	buf := make([]byte, direntBuf)
+	var names []string
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &fs.PathError{Op: "readdir", Path: t.pathOf(name, "."), Err: err}
+		}
+		if n <= 0 {
+			return nil
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names[:0])
+		for _, n := range names {
+			child := n
+			if name != "" {
+				child = name + "/" + n
+			}
+			if err := t.add(fd, n, child, depth+1); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// pathOf names an entry in errors: its archive name, or base at the top.
+func (t *tarWalk) pathOf(name, base string) string {
+	if name == "" {
+		return base
+	}
+	return name
+}
+
+// readlinkAt reads the target of symbolic link base in dirfd, of size
+// bytes as fstatat said (more if it grew).
+func readlinkAt(dirfd int, base string, size int64) (string, error) {
+	n := max(int(min(size, 1<<20)), 64) + 1
+	for {
+		b := make([]byte, n)
+		m, err := unix.Readlinkat(dirfd, base, b)
+		if err != nil {
+			return "", err
+		}
+		if m < n || n >= 1<<20 {
+			return string(b[:m]), nil
+		}
+		n *= 4
+	}
 }
 
 // zeros reads as an endless run of zero bytes.

@@ -64,10 +64,16 @@ func thaw(pids []int) {
 // capture stops every other process of the sandbox, writes a tar archive
 // of directory p's contents to out (see writeTar), and resumes them, also
 // when the archive fails or the library aborts it.
-func (a *agent) capture(id fsID, p string, limit int64, out *opOutput) error {
+func (a *agent) capture(id fsID, p string, limit int64, out *opOutput) (*skipped, error) {
 	a.freezing.Lock()
 	defer a.freezing.Unlock()
 	frozen := freeze(os.Getpid())
 	defer thaw(frozen)
-	return a.fs.as(id, func() error { return writeTarContents(out, p, limit, id.uid) })
+	var sk *skipped
+	err := a.fs.as(id, func() error {
+		var err error
+		sk, err = writeTarContents(out, p, limit, id.uid)
+		return err
+	})
+	return sk, err
 }

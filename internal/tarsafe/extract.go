@@ -19,7 +19,6 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"time"
 )
 
 // ErrUnsafePath is wrapped by the error Extract returns when an entry tries
@@ -50,8 +49,9 @@ type ExtractOptions struct {
 	// exactly the header's permission, sticky and setgid bits (not 0755
 	// plus them), applied once the stream has ended, so that a directory
 	// without write permission can still be filled by an owner without
-	// CAP_DAC_OVERRIDE. Entries are still never created through a link
-	// that leads outside dir.
+	// CAP_DAC_OVERRIDE; a hard link may name any regular file in dir, so
+	// nothing is remembered per entry. Entries are still never created
+	// through a link that leads outside dir.
 	Faithful bool
 	// SkipLink, when set, is called for each symbolic link that would
 	// otherwise stop Extract with ErrUnsafePath (its target absolute,
@@ -214,7 +214,7 @@ func (x *extractor) entry(hdr *tar.Header) error {
 				return err
 			}
 			// dst was resolved: no link on the way to it.
-			return lchtimes(filepath.Join(x.dir, filepath.FromSlash(dst)), hdr.ModTime)
+			return setMtime(x.root, dst, hdr.ModTime)
 		}
 		target, err := x.linkTarget(parent, hdr.Linkname)
 		if errors.Is(err, ErrUnsafePath) && x.opt.SkipLink != nil {
@@ -238,7 +238,9 @@ func (x *extractor) entry(hdr *tar.Header) error {
 		if err != nil {
 			return err
 		}
-		if fi, err := x.root.Lstat(old); err != nil || !x.files[old] || !fi.Mode().IsRegular() {
+		// Faithful: any regular file in dir (the sandbox's user could link
+		// it anyway), so that memory does not grow with the entries.
+		if fi, err := x.root.Lstat(old); err != nil || !(x.opt.Faithful || x.files[old]) || !fi.Mode().IsRegular() {
 			return unsafe("hard link target %q is not a regular file from this archive", hdr.Linkname)
 		}
 		if err := x.remove(dst); err != nil {
@@ -247,7 +249,7 @@ func (x *extractor) entry(hdr *tar.Header) error {
 		if err := x.root.Link(old, dst); err != nil {
 			return err
 		}
-		x.files[dst] = true
+		x.note(dst)
 		return nil
 	}
 
@@ -273,8 +275,16 @@ func (x *extractor) entry(hdr *tar.Header) error {
 	if err != nil {
 		return err
 	}
-	x.files[dst] = true
-	return x.root.Chtimes(dst, time.Time{}, hdr.ModTime)
+	x.note(dst)
+	return setMtime(x.root, dst, hdr.ModTime)
+}
+
+// note records the regular file dst as extracted, a target for hard links
+// that follow (Faithful extraction needs no record).
+func (x *extractor) note(dst string) {
+	if !x.opt.Faithful {
+		x.files[dst] = true
+	}
 }
 
 // linkTarget checks the target of a symlink to be created in the

@@ -2,7 +2,17 @@
 
 package tarsafe
 
-import "time"
+import (
+	"io/fs"
+	"os"
+	"time"
+)
 
-// lchtimes does nothing where symlinks' times cannot be set.
-func lchtimes(string, time.Time) error { return nil }
+// setMtime sets the modification time of name in root; a symbolic link's
+// is left as it is.
+func setMtime(root *os.Root, name string, mtime time.Time) error {
+	if fi, err := root.Lstat(name); err != nil || fi.Mode()&fs.ModeSymlink != 0 {
+		return err
+	}
+	return root.Chtimes(name, time.Time{}, mtime)
+}

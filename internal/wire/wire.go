@@ -310,7 +310,38 @@ type FileResult struct {
 	Err   *FileError `json:",omitempty"`
 	Info  *FileInfo  `json:",omitempty"` // Stat, Lstat
 	Bytes int64      // bytes of input taken or of output sent
+	// Tar, Capture: entries left out of the archive, at most MaxSkipped
+	// of them (a directory the agent could not open for want of file
+	// descriptors, its name beyond every limit); Skips counts them all.
+	Skipped [][]byte `json:",omitempty"`
+	Skips   int64    `json:",omitempty"`
 }
+
+// MaxSkipped bounds FileResult.Skipped.
+const MaxSkipped = 16
+
+// CaptureHeaderBound is how many bytes of a Capture's archive, beyond the
+// at most contents bytes of file contents, may go to everything else:
+// the entries' headers (names, link targets, times: about 1.5 KiB an
+// entry with long names) and padding. The agent refuses more, naming it;
+// the library bounds what it stores by contents + CaptureHeaderBound +
+// CaptureSlack. Entries cost the disk little (a hard link is a name in a
+// directory), so the bound is a policy: 64 MiB plus 4 bytes per byte of
+// the contents bound, finite for every finite contents (0: no bound).
+func CaptureHeaderBound(contents int64) int64 {
+	if contents <= 0 {
+		return 0
+	}
+	const most = 1 << 60 // no overflow, whatever contents is
+	if contents > (most-64<<20)/4 {
+		return most
+	}
+	return 64<<20 + 4*contents
+}
+
+// CaptureSlack is room for the archive's end (two zero blocks and the
+// tar writer's padding of them).
+const CaptureSlack = 1 << 20
 
 // FileError is a failed file operation.
 type FileError struct {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"sync"
 	"testing"
 )
@@ -109,5 +110,27 @@ func TestConcurrentWriters(t *testing.T) {
 	}
 	if n != 400 {
 		t.Errorf("%d frames, want 400", n)
+	}
+}
+
+// TestCaptureHeaderBound: the bound on a capture's headers grows with the
+// contents bound, stays finite, and never overflows.
+func TestCaptureHeaderBound(t *testing.T) {
+	for _, c := range []struct{ contents, want int64 }{
+		{0, 0},
+		{-1, 0},
+		{64 << 20, 64<<20 + 256<<20},
+		{1 << 30, 64<<20 + 4<<30},
+		{1 << 62, 1 << 60},
+		{math.MaxInt64, 1 << 60},
+	} {
+		if got := CaptureHeaderBound(c.contents); got != c.want {
+			t.Errorf("CaptureHeaderBound(%d) = %d, want %d", c.contents, got, c.want)
+		}
+	}
+	// 60,000 links of 3 nested 250-byte directories (about 3.5 KiB of
+	// headers each) fit the bound of a 64 MiB disk.
+	if n := int64(60000 * 3584); n > CaptureHeaderBound(64<<20) {
+		t.Errorf("60,000 long links (%d bytes of headers) over the bound of a 64 MiB disk", n)
 	}
 }
