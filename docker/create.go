@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types"
@@ -225,8 +226,9 @@ func (in *instance) createContainer(ctx context.Context) error {
 		// namespace.
 		IpcMode: container.IPCModePrivate,
 		Tmpfs: map[string]string{
-			"/tmp":     tmpfsOpts(r.TmpSize, "1777", !info.Podman),
-			"/dev/shm": tmpfsOpts(r.TmpSize, "1777", !info.Podman),
+			"/tmp": tmpfsOpts(r.TmpSize, "1777", !info.Podman),
+			// No programs run from /dev/shm, as with the engine's own.
+			"/dev/shm": strings.Replace(tmpfsOpts(r.TmpSize, "1777", !info.Podman), ",exec,", ",noexec,", 1),
 		},
 		Mounts: []mount.Mount{{
 			Type: mount.TypeVolume, Source: agentVol, Target: agentDir, ReadOnly: true,
