@@ -198,6 +198,8 @@ func TestSnapshotStill(t *testing.T) {
 		}
 	}
 	waitExec(t, src, `test $(grep -lx sleep /proc/[0-9]*/comm 2>/dev/null | wc -l) -ge 100`)
+	base := ticks(t, src)
+	t.Logf("for comparison, %d writer ticks between two calls with nothing between", ticks(t, src)-base)
 	for i := range 4 {
 		before := ticks(t, src)
 		start := time.Now()
