@@ -56,6 +56,14 @@ var (
 	// full size, since a snapshot stores them in full).
 	ErrTooLarge = driver.ErrTooLarge
 
+	// ErrNotStopped is returned by Snapshot when the sandbox's processes
+	// could not be kept stopped while its files were read (they resume
+	// each other faster than the agent stops them, or a timer resumes
+	// one), after a few attempts: the error names a process. Every process
+	// the snapshot stopped has been resumed, and the sandbox is usable. On
+	// every backend.
+	ErrNotStopped = errors.New("sandbox: the sandbox's processes could not be kept stopped")
+
 	// ErrNotRegular is returned by ReadFile and FS reads for a name that is
 	// not a regular file once symbolic links are followed (a device, FIFO
 	// or socket): a link to /dev/zero cannot make a read go on for ever.

@@ -114,6 +114,8 @@ func resultErr(fe *wire.FileError, p string) error {
 		err = fmt.Errorf("%w: %s", ErrNotRegular, fe.Text)
 	case fe.Code == wire.CodeBadName:
 		err = fmt.Errorf("%w: %s", ErrUnsafePath, fe.Text)
+	case fe.Code == wire.CodeNotStill:
+		err = fmt.Errorf("%w: %s", ErrNotStopped, fe.Text)
 	case fe.Errno != 0:
 		err = syscall.Errno(fe.Errno)
 	default:

@@ -77,10 +77,14 @@ func (sn *Snapshot) Size() int64 { return sn.content.Size() }
 
 // Snapshot saves the sandbox's working directory and settings. The
 // sandbox's agent stops every process in it (SIGSTOP) while it sends the
-// files, so they are consistent, and resumes them (SIGCONT) afterwards,
-// also when the snapshot fails or ctx ends; no command starts meanwhile,
-// and the engine is not involved, so the source keeps running on any
-// backend. Files its user made unreadable to themselves (chmod 000) are
+// files, so they are from one moment, and resumes them (SIGCONT)
+// afterwards, also when the snapshot fails or ctx ends; no command starts
+// meanwhile, and the engine is not involved, so the source keeps running
+// on any backend. Processes that resume each other are stopped again
+// until all are, and the agent proves that none ran while the files were
+// read; if one did, the capture is tried again, and after a few attempts
+// Snapshot fails with ErrNotStopped. What carries the library's frames
+// (on Kubernetes, the exec'd relay) is never stopped. Files its user made unreadable to themselves (chmod 000) are
 // read too, and keep their modes. More than the disk limit of file
 // contents is an error wrapping ErrTooLarge, as is an archive whose
 // entries' headers (names, link targets, times: about 1.5 KiB an entry
@@ -101,15 +105,17 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
 	bound := s.snapshotBound()
 	var content *blob.Blob
 	var res wire.FileResult
-	res, err = s.fileOp(ctx, wire.FileRequest{Op: wire.Capture, Path: []byte(s.cfg.workdir), Limit: bound}, func(op *agentconn.FileOp) error {
-		var err error
-		content, err = blob.Write("", op, archiveBound(bound))
-		return err
-	})
-	if err != nil {
-		if content != nil {
-			content.Close()
+	for attempt := 1; ; attempt++ {
+		content, res, err = s.capture(ctx, bound)
+		if err == nil || !errors.Is(err, ErrNotStopped) || ctx.Err() != nil {
+			break
 		}
+		if attempt == snapshotAttempts {
+			err = fmt.Errorf("snapshot: %d attempts: %w", attempt, err)
+			break
+		}
+	}
+	if err != nil {
 		switch {
 		case errors.Is(err, ErrFileTooLarge):
 			// The agent's reason: file contents over the disk limit, or
@@ -118,7 +124,8 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
 		case errors.Is(err, blob.ErrTooLarge):
 			err = fmt.Errorf("%w: snapshot: the archive sent is larger than %d bytes (%d of file contents, the disk limit, and %d of entries' headers): %v",
 				ErrTooLarge, archiveBound(bound), bound, wire.CaptureHeaderBound(bound), err)
-		case errors.Is(err, ErrSandboxGone), errors.Is(err, ErrUnresponsive), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, ErrSandboxGone), errors.Is(err, ErrUnresponsive), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+			errors.Is(err, ErrNotStopped):
 		default:
 			err = &fs.PathError{Op: "snapshot", Path: s.cfg.workdir, Err: err}
 		}
@@ -136,6 +143,29 @@ func (s *Sandbox) Snapshot(ctx context.Context) (_ *Snapshot, err error) {
 	// Forgotten without Remove: its file is closed with it.
 	runtime.AddCleanup(sn, func(b *blob.Blob) { b.Close() }, content)
 	return sn, nil
+}
+
+// snapshotAttempts is how many captures Snapshot tries when the agent
+// finds that a process of the sandbox ran while the files were read.
+const snapshotAttempts = 3
+
+// capture has the agent stop the sandbox's processes and send an archive
+// of the working directory, kept in a blob. It fails with ErrNotStopped
+// if a process ran meanwhile (the archive may mix moments).
+func (s *Sandbox) capture(ctx context.Context, bound int64) (*blob.Blob, wire.FileResult, error) {
+	var content *blob.Blob
+	res, err := s.fileOp(ctx, wire.FileRequest{Op: wire.Capture, Path: []byte(s.cfg.workdir), Limit: bound}, func(op *agentconn.FileOp) error {
+		var err error
+		content, err = blob.Write("", op, archiveBound(bound))
+		return err
+	})
+	if err != nil {
+		if content != nil {
+			content.Close()
+		}
+		return nil, res, err
+	}
+	return content, res, nil
 }
 
 // snapshotBound is how many bytes of file contents a snapshot of the

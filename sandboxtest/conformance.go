@@ -57,10 +57,11 @@ import (
 //     unreachable directly), a credential added outside the sandbox
 //     (upstream sees it, the sandbox never does), Expose of a sandbox's
 //     port;
-//   - snapshot and fork: the working directory's files, modes, links and
-//     a file its user closed to themselves in two forks, each its own; a
-//     process of the source stopped during the snapshot and running
-//     after it; a snapshot of a fork (a chain); forks restored into a
+//   - snapshot and fork: the working directory's files (8 MiB of them,
+//     and two a process rewrites meanwhile, held from one moment), modes,
+//     links and a file its user closed to themselves in two forks, each
+//     its own; a process of the source stopped during the snapshot and
+//     running after it; a snapshot of a fork (a chain); forks restored into a
 //     Pool's sandboxes (WithPool).
 //
 // The image needs a POSIX shell with busybox's or coreutils' tools (sh,
@@ -650,8 +651,14 @@ func (c conformance) snapshot(t *testing.T) {
 	ctx := ctxFor(t)
 	run(t, sb, `mkdir -p d/e && printf one > d/a && chmod 640 d/a && ln -s a d/link && ln d/a d/hard && printf two > 'new
 line' && printf shut > closed && chmod 000 closed`)
+	// Several MiB: more than the buffers between the agent and the library
+	// hold, so the snapshot is sent while the sandbox's processes are
+	// stopped (on Kubernetes, the relay carrying it must not be).
+	run(t, sb, `mkdir big && for i in 1 2 3 4 5 6 7 8; do head -c 1048576 /dev/urandom > big/$i; done`)
+	sums := run(t, sb, "md5sum big/*").Stdout
 	// A process that runs through the snapshot: stopped while the files
-	// are read, running again after.
+	// are read, running again after; and one that rewrites two files,
+	// which the snapshot holds from one moment.
 	tctx, stop := context.WithCancel(ctx)
 	defer stop()
 	ticker := sb.Command(tctx, "sh", "-c", "while :; do echo tick >> /tmp/ticks; sleep 0.02; done")
@@ -659,7 +666,15 @@ line' && printf shut > closed && chmod 000 closed`)
 		t.Fatal(err)
 	}
 	defer ticker.Wait()
+	writer := sb.Command(tctx, "sh", "-c", `g=0; while :; do g=$((g+1)); echo $g > pa.tmp; echo $g > pb.tmp; mv pa.tmp pa; mv pb.tmp pb; done`)
+	if err := writer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Wait()
 	defer stop()
+	if r := run(t, sb, `i=0; while ! [ -s pb ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i+1)); done; echo $i`); r.Stdout == "500\n" {
+		t.Fatal("the writer did not start")
+	}
 	sn, err := sb.Snapshot(ctx)
 	if err != nil {
 		t.Fatalf("Snapshot: %v", err)
@@ -687,6 +702,13 @@ line')" "$(stat -c %a closed)"`
 	for i, f := range forks {
 		if got := run(t, f, files).Stdout; got != want {
 			t.Errorf("fork %d: %q, want %q", i, got, want)
+		}
+		if got := run(t, f, "md5sum big/*").Stdout; got != sums {
+			t.Errorf("fork %d: the big files restored:\n%s\nwant\n%s", i, got, sums)
+		}
+		// pa is renamed first: one moment has pa one ahead of pb at most.
+		if got := run(t, f, `echo $(( $(cat pa) - $(cat pb) ))`).Stdout; got != "0\n" && got != "1\n" {
+			t.Errorf("fork %d: pa - pb = %q: the snapshot holds them from different moments", i, got)
 		}
 	}
 	run(t, forks[0], "rm d/a")

@@ -35,6 +35,7 @@ type agent struct {
 
 	mu       sync.Mutex   // guards the maps; held while starting and reaping
 	freezing sync.RWMutex // held by a capture (write) and around starts (read)
+	keep     []int        // processes a capture never stops: the relay carrying the frames (pod.go)
 	byChan   map[uint32]*proc
 	byPID    map[int]*proc
 	files    map[uint32]*fileOp

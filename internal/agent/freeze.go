@@ -3,77 +3,285 @@
 package main
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/agentsandbox/sandbox/internal/wire"
 )
 
-// freezeWait bounds how long freeze waits for processes it signalled to
-// stop (one in an uninterruptible sleep stops only when it wakes).
+// freezeWait bounds how long freeze tries to get every process stopped
+// (processes may resume each other, and one in an uninterruptible sleep
+// stops only when it wakes).
 const freezeWait = 2 * time.Second
 
-// freeze stops every process but self with SIGSTOP, scanning /proc until
-// a scan finds none still running, and returns the processes it stopped
-// (not those stopped before it came), for thaw. A process that forks
-// while it is being stopped has its child stopped in a later scan; a
-// stopped process forks no more, so even a fork bomb is stopped in a few
-// scans. No command starts meanwhile: the caller holds a.freezing.
-func freeze(self int) []int {
-	stopped := map[int]bool{}
-	var order []int
-	buf := make([]byte, 8<<10)
-	deadline := time.Now().Add(freezeWait)
-	for range maxRounds {
-		running, fresh := 0, 0
-		for _, pid := range pids(self) {
-			st, ok := readStatus(pid, buf)
-			if !ok {
-				continue
-			}
-			f := statusFields(st)
-			if f.gone() || f.state == 'T' || f.state == 't' {
-				continue
-			}
-			running++
-			if stopped[pid] {
-				continue // signalled, not stopped yet
-			}
-			if syscall.Kill(pid, syscall.SIGSTOP) == nil {
-				stopped[pid] = true
-				order = append(order, pid)
-				fresh++
-			}
-		}
-		if running == 0 || (fresh == 0 && time.Now().After(deadline)) {
-			break
-		}
-		if fresh == 0 {
-			time.Sleep(time.Millisecond) // the signals take effect
-		}
-	}
-	return order
+// The cgroup freezer would stop a whole cgroup at once, but the agent
+// cannot use it: it shares the sandbox's cgroup (it would stop itself),
+// and the cgroup filesystem is read-only in the container, which has no
+// CAP_SYS_ADMIN. So the freeze stops processes one by one with SIGSTOP,
+// and proves afterwards that none ran: see freezer.
+
+// freezer stops every process of the sandbox but the agent and those it
+// must keep running (the Kubernetes relay that carries the agent's
+// frames), and resumes those it stopped. A process stopped by its user
+// before the freeze came is left as it was.
+//
+// Stopping one process at a time cannot by itself keep the processes
+// stopped: one still running may resume one already stopped (SIGCONT),
+// and a POSIX timer or an I/O signal can deliver SIGCONT to a stopped
+// process with nothing of the sandbox running. So every scan of /proc
+// stops again every task found not stopped, until a whole scan finds all
+// stopped; then, before and after the files are read, the freeze takes a
+// mark of every task (its state, its context switches, CPU time and start
+// time): a task that ran in between has switched out at least once or is
+// running still, so a mark that changed, a task gone or a new one proves
+// the files were read while something ran (errNotStill).
+type freezer struct {
+	self    int
+	keep    map[int]bool // never stopped (the relay)
+	stopped map[int]bool // processes this freeze signalled
+	order   []int        // the same, in order, for thaw
+	buf     []byte
 }
 
-// thaw resumes the processes freeze stopped.
-func thaw(pids []int) {
-	for _, pid := range pids {
+func newFreezer(self int, keep []int) *freezer {
+	z := &freezer{self: self, keep: map[int]bool{}, stopped: map[int]bool{}, buf: make([]byte, 8<<10)}
+	for _, p := range keep {
+		z.keep[p] = true
+	}
+	return z
+}
+
+// mark is what the freeze records of one task (thread).
+type mark struct {
+	pid      int // its process
+	state    byte
+	switches uint64 // voluntary and involuntary context switches
+	cpu      uint64 // utime + stime, clock ticks
+	start    uint64 // start time, clock ticks since boot
+	comm     string
+}
+
+// stoppedState reports a task that does not run: stopped by a signal (T)
+// or by its tracer (t).
+func stoppedState(s byte) bool { return s == 'T' || s == 't' }
+
+// deadState reports a task that will never run again.
+func deadState(s byte) bool { return s == 'Z' || s == 'X' || s == 'x' }
+
+// errNotStill is the error of a freeze that could not keep the sandbox's
+// processes stopped; the library retries the capture a few times.
+func errNotStill(format string, args ...any) error {
+	return coded{wire.CodeNotStill, fmt.Sprintf(format, args...)}
+}
+
+// freeze stops every process and returns the marks of every task once a
+// full scan finds all of them stopped. It gives up after freezeWait with
+// errNotStill naming a process still running; tasks in an uninterruptible
+// sleep (D: a vfork parent whose child is stopped, a disk wait) are then
+// taken as they are, since they run no code of their own and the marks
+// show whether they woke. Processes it stopped are resumed by thaw, also
+// when it fails.
+func (z *freezer) freeze() (map[int]mark, error) {
+	deadline := time.Now().Add(freezeWait)
+	for round := 0; ; round++ {
+		marks, running := z.scan(true)
+		if running == nil {
+			return marks, nil
+		}
+		if time.Now().After(deadline) {
+			if running.state == 'D' {
+				if marks, running = z.scan(false); running == nil || running.state == 'D' {
+					return marks, nil
+				}
+			}
+			return nil, errNotStill("process %d (%q) still not stopped after %v (state %c)",
+				running.pid, running.comm, freezeWait, running.state)
+		}
+		// The signals take effect in microseconds; a process in a system
+		// call stops on its way out of it.
+		if round < 20 {
+			time.Sleep(100 * time.Microsecond)
+		} else {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// scan reads every task of every process but self and those kept, and
+// with stop sends SIGSTOP to every process with a task not stopped. It
+// returns the marks of the live tasks and the first task found running
+// (nil if none; one in D is returned only if nothing else runs).
+func (z *freezer) scan(stop bool) (map[int]mark, *mark) {
+	marks := map[int]mark{}
+	var running, sleeping *mark
+	for _, pid := range pids(z.self) {
+		if z.keep[pid] {
+			continue
+		}
+		signalled := false
+		for _, tid := range tids(pid) {
+			m, ok := z.read(pid, tid)
+			if !ok || deadState(m.state) {
+				continue
+			}
+			marks[tid] = m
+			if stoppedState(m.state) {
+				continue
+			}
+			if m.state == 'D' {
+				if sleeping == nil {
+					sleeping = &m
+				}
+			} else if running == nil {
+				running = &m
+			}
+			if stop && !signalled && syscall.Kill(pid, syscall.SIGSTOP) == nil {
+				signalled = true
+				if !z.stopped[pid] {
+					z.stopped[pid] = true
+					z.order = append(z.order, pid)
+				}
+			}
+		}
+	}
+	if running == nil {
+		running = sleeping
+	}
+	return marks, running
+}
+
+// read takes the mark of task tid of process pid.
+func (z *freezer) read(pid, tid int) (mark, bool) {
+	m := mark{pid: pid}
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid)
+	st, ok := readFile(dir+"/stat", z.buf)
+	if !ok {
+		return m, false
+	}
+	// pid (comm) state ppid ...: comm may hold anything, so the fields
+	// start after its last ')'.
+	i := bytes.LastIndexByte(st, ')')
+	j := bytes.IndexByte(st, '(')
+	if i < 0 || j < 0 || j > i {
+		return m, false
+	}
+	m.comm = string(st[j+1 : i])
+	f := bytes.Fields(st[i+1:])
+	// Fields from 3 (state) on: utime is field 14, stime 15, starttime 22.
+	if len(f) < 20 || len(f[0]) == 0 {
+		return m, false
+	}
+	m.state = f[0][0]
+	utime, _ := strconv.ParseUint(string(f[11]), 10, 64)
+	stime, _ := strconv.ParseUint(string(f[12]), 10, 64)
+	m.cpu = utime + stime
+	m.start, _ = strconv.ParseUint(string(f[19]), 10, 64)
+	status, ok := readFile(dir+"/status", z.buf)
+	if !ok {
+		return m, false
+	}
+	for line := range bytes.SplitSeq(status, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("voluntary_ctxt_switches:")); ok {
+			n, _ := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64)
+			m.switches += n
+		} else if v, ok := bytes.CutPrefix(line, []byte("nonvoluntary_ctxt_switches:")); ok {
+			n, _ := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64)
+			m.switches += n
+		}
+	}
+	return m, true
+}
+
+// still compares the marks taken when the freeze began with the tasks now:
+// nil if none of them ran meanwhile and none came or went.
+func (z *freezer) still(before map[int]mark) error {
+	now, _ := z.scan(false)
+	for tid, b := range before {
+		n, ok := now[tid]
+		switch {
+		case !ok || n.start != b.start:
+			return errNotStill("process %d (%q) ended while the files were read", b.pid, b.comm)
+		case n.state != b.state || n.switches != b.switches || n.cpu != b.cpu:
+			return errNotStill("process %d (%q) ran while the files were read (state %c, was %c)", n.pid, n.comm, n.state, b.state)
+		}
+	}
+	for tid, n := range now {
+		if _, ok := before[tid]; !ok {
+			return errNotStill("process %d (%q) started while the files were read", n.pid, n.comm)
+		}
+	}
+	return nil
+}
+
+// thaw resumes the processes the freeze stopped.
+func (z *freezer) thaw() {
+	for _, pid := range z.order {
 		syscall.Kill(pid, syscall.SIGCONT)
 	}
 }
 
-// capture stops every other process of the sandbox, writes a tar archive
-// of directory p's contents to out (see writeTar), and resumes them, also
-// when the archive fails or the library aborts it.
+// tids returns the tasks (threads) of process pid.
+func tids(pid int) []int {
+	d, err := os.Open("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	out := make([]int, 0, len(names))
+	for _, n := range names {
+		if tid, err := strconv.Atoi(n); err == nil {
+			out = append(out, tid)
+		}
+	}
+	return out
+}
+
+// readFile reads at most len(buf) bytes of a /proc file.
+func readFile(name string, buf []byte) ([]byte, bool) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	n, err := f.Read(buf)
+	if err != nil {
+		return nil, false
+	}
+	return buf[:n], true
+}
+
+// capture stops every other process of the sandbox (but those in keep),
+// writes a tar archive of directory p's contents to out (see
+// writeTarContents), proves that none of them ran meanwhile, and resumes
+// them, also when the archive fails or the library aborts it. A capture
+// during which a process ran fails with errNotStill, whatever else went
+// wrong (a file renamed under the walk is the process's doing).
 func (a *agent) capture(id fsID, p string, limit int64, out *opOutput) (*skipped, error) {
 	a.freezing.Lock()
 	defer a.freezing.Unlock()
-	frozen := freeze(os.Getpid())
-	defer thaw(frozen)
+	z := newFreezer(os.Getpid(), a.keep)
+	defer z.thaw()
+	before, err := z.freeze()
+	if err != nil {
+		return nil, err
+	}
 	var sk *skipped
-	err := a.fs.as(id, func() error {
+	werr := a.fs.as(id, func() error {
 		var err error
 		sk, err = writeTarContents(out, p, limit, id.uid)
 		return err
 	})
-	return sk, err
+	if errors.Is(werr, errAborted) {
+		return nil, werr
+	}
+	if err := z.still(before); err != nil {
+		return nil, err
+	}
+	return sk, werr
 }

@@ -133,9 +133,11 @@ func main() {
 	// output. Best effort.
 	var in io.Reader
 	var out io.Writer
+	var relayPID int
 	if *listenPath != "" {
 		go tether(pollable(0, "stdin"))
-		c, err := listen(*listenPath)
+		c, pid, err := listen(*listenPath)
+		relayPID = pid
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "agent: %v\n", err)
 			os.Exit(2)
@@ -161,6 +163,9 @@ func main() {
 	}
 	a := newAgent(newBatcher(out), startWorkers(fileWorkers), newOOMScore())
 	a.tags = tagsFor(mapped)
+	if relayPID > 0 {
+		a.keep = []int{relayPID}
+	}
 	if *relayPort != 0 {
 		if err := a.listenRelay(*relayPort); err != nil {
 			fmt.Fprintf(os.Stderr, "agent: %v\n", err)

@@ -158,49 +158,49 @@ func connect(path string) error {
 }
 
 // listen waits for the library's relay on the socket at path and returns
-// its connection; no other is ever accepted (the socket is removed). Only
-// root may connect: the relay runs as the container's user, root, and
-// commands do not run until the library, on this connection, starts them.
-func listen(path string) (*net.UnixConn, error) {
+// its connection and the relay's process ID; no other is ever accepted
+// (the socket is removed). Only root may connect: the relay runs as the
+// container's user, root, and commands do not run until the library, on
+// this connection, starts them. A snapshot's freeze must never stop the
+// relay, which carries the archive (see freezer).
+func listen(path string) (*net.UnixConn, int, error) {
 	os.Remove(path)
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer l.Close()
 	l.SetUnlinkOnClose(true)
 	if err := os.Chmod(path, 0o600); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	for {
 		c, err := l.AcceptUnix()
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		if uid, err := peerUID(c); err == nil && uid == 0 {
-			return c, nil
+		if cred, err := peerCred(c); err == nil && cred.Uid == 0 {
+			return c, int(cred.Pid), nil
 		}
 		c.Close()
 	}
 }
 
-// peerUID returns the user ID of the process at the other end of c.
-func peerUID(c *net.UnixConn) (uint32, error) {
+// peerCred returns the credentials of the process at the other end of c
+// as it connected (its process ID in the agent's PID namespace).
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return 0, err
+		return nil, err
 	}
-	if cerr != nil {
-		return 0, cerr
-	}
-	return cred.Uid, nil
+	return cred, cerr
 }
 
 // tether holds the sandbox alive while r (the engine's attach stream)

@@ -357,6 +357,7 @@ const (
 	CodeNotRegular = "not-regular" // not a regular file where one is needed
 	CodeBadName    = "bad-name"    // an archive entry that would land outside
 	CodeAborted    = "aborted"     // a Kill frame or the end of the input
+	CodeNotStill   = "not-still"   // Capture: the sandbox's processes could not be kept stopped
 )
 
 // FileInfo describes a file.
