@@ -3,8 +3,7 @@
 // process, through client-go. It is a module of its own, so that client-go
 // never enters the core library's dependencies.
 //
-//	drv, err := kubernetes.New(kubernetes.Config{Namespace: "sandboxes"})
-//	...
+//	drv := kubernetes.New(kubernetes.Config{Namespace: "sandboxes"})
 //	sb, err := sandbox.New(ctx, sandbox.WithDriver(drv), sandbox.WithImage("python:3.12-slim"))
 //
 // # The pod
@@ -61,6 +60,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -222,14 +222,24 @@ func (d *Driver) err(op string, err error) error {
 		return nil
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("kubernetes: %s: %w", op, err)
-	case apierrors.IsForbidden(err):
+	case apierrors.IsForbidden(err) && denied(err):
 		return fmt.Errorf("kubernetes: %s: %w (grant the library's user pods, pods/exec and pods/attach in namespace %s: see the package doc)", op, err, d.ns)
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "PodSecurity"):
+		return fmt.Errorf("kubernetes: %s: %w (the Pod Security level of namespace %s must admit the pod: see the package doc)", op, err, d.ns)
 	case apierrors.IsTimeout(err), apierrors.IsServerTimeout(err), errors.As(err, &ne) && ne.Timeout():
 		return fmt.Errorf("%w: %w: kubernetes: %s: %v", driver.ErrUnavailable, driver.ErrUnresponsive, op, err)
 	case apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err), errors.As(err, &ne), isConnErr(err):
 		return fmt.Errorf("%w: kubernetes: %s: %v", driver.ErrUnavailable, op, err)
 	}
 	return fmt.Errorf("kubernetes: %s: %w", op, err)
+}
+
+// denied says whether a 403 is the authorizer's (RBAC: "User ... cannot
+// create resource ..."), not an admission plugin's (a missing
+// RuntimeClass, Pod Security, a quota), which granting would not cure.
+func denied(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, " cannot ") && (strings.Contains(msg, " resource \"") || strings.Contains(msg, " path \""))
 }
 
 // isConnErr reports a failure to reach the API server at all.
