@@ -23,11 +23,26 @@
 // size: writing past it is ENOSPC), counted towards the memory limit.
 // WithRuntime sets runtimeClassName.
 //
+// Those three and POSIX message queues (/dev/mqueue) are the only places
+// a command can write, as the sandbox's user and as root (WithUser("0")):
+// the agent's emptyDir is read-only in the sandbox's container, and the
+// agent, as it starts, takes every other writable mount away from root
+// (it removes their write bits and gives them to a user no command runs
+// as, with CAP_CHOWN, which it then drops for good): the kubelet's
+// /dev/termination-log and /etc/hosts, files on the node's disk, and the
+// runtime's /dev (and runc's /sys/fs/cgroup, a tmpfs). A tmpfs's sizeLimit
+// bounds its bytes, not its inodes: the kubelet mounts it with size= only,
+// and no pod field sets nr_inodes. An empty file's inode and dentry (about
+// 1 KiB) are charged to the container's memory cgroup, so empty files in a
+// "0 % used" /tmp fill at most the memory limit: the pod's own OOM, not
+// the node's.
+//
 // # Streams
 //
 // The library's frames never pass through the pod's log: the agent serves
-// them on a unix socket in its emptyDir, reached by an exec'd relay (the
-// agent again, with no capabilities); pods/exec streams are not logged.
+// them on a unix socket in /dev (root's only, and listened on only until
+// the relay connects), reached by an exec'd relay (the agent again, with
+// no capabilities); pods/exec streams are not logged.
 // The container's attach stream is the owner's tether: its stdin is open
 // only while the library's attach lasts (stdinOnce), so when the owning
 // process closes the sandbox or dies the agent sees its stdin end and the

@@ -36,9 +36,12 @@ func TestUnitPodFor(t *testing.T) {
 		t.Errorf("annotations %v", p.Annotations)
 	}
 	c := p.Spec.Containers[0]
-	want := []string{agentPath, "-listen=" + agentSocket, "-keepenv=A,B", "-lifetime=60s", "-user=1000:1000", "-fsize=1048576", "-nofile=200", "-nproc=64"}
+	want := []string{agentPath, "-listen=" + agentSocket, "-writable=/tmp,/dev/shm,/dev/mqueue", "-keepenv=A,B", "-lifetime=60s", "-user=1000:1000", "-fsize=1048576", "-nofile=200", "-nproc=64"}
 	if !slices.Equal(c.Command, want) {
 		t.Errorf("command %q, want %q", c.Command, want)
+	}
+	if m := c.VolumeMounts[0]; m.Name != "agent" || m.MountPath != agentDir || !m.ReadOnly {
+		t.Errorf("the agent's volume in the sandbox's container: %+v, want it read-only", m)
 	}
 	if len(c.Env) != 2 || c.Env[1].Name != "B" || c.Env[1].Value != "x=y" {
 		t.Errorf("env %+v", c.Env)

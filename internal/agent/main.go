@@ -31,6 +31,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -65,6 +66,7 @@ func main() {
 	fsize := flag.Int64("fsize", 0, "RLIMIT_FSIZE for the agent and its commands (0: as given)")
 	nofile := flag.Int64("nofile", 0, "RLIMIT_NOFILE for the agent and its commands (0: as given)")
 	nproc := flag.Int64("nproc", 0, "RLIMIT_NPROC for the commands, whose user is drawn per sandbox (0: as given)")
+	writable := flag.String("writable", "", "with -listen: lock every writable mount but the working directory and these (comma-separated; see lockMounts)")
 	keepEnv := flag.String("keepenv", "", "keep only these environment variables (comma-separated), removing those the engine adds (Kubernetes' service variables)")
 	flag.Parse()
 	if *keepEnv != "" {
@@ -96,6 +98,12 @@ func main() {
 	}
 	if err == nil {
 		err = setRlimits(*fsize, *nofile, *nproc)
+	}
+	var ln *net.UnixListener // pod mode: made before the mounts are locked
+	if err == nil && *listenPath != "" {
+		if ln, err = listenAt(*listenPath); err == nil && *writable != "" {
+			err = lockMounts(strings.Split(*writable, ","))
+		}
 	}
 	if err == nil {
 		err = harden()
@@ -132,7 +140,7 @@ func main() {
 	var out io.Writer
 	if *listenPath != "" {
 		go tether(pollable(0, "stdin"))
-		c, err := listen(*listenPath)
+		c, err := accept(ln)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "agent: %v\n", err)
 			os.Exit(2)
@@ -215,7 +223,7 @@ func pollable(fd int, name string) *os.File {
 // /proc entries belong to root, and ptrace is refused), with an empty
 // capability bounding set, which every process it starts inherits, and
 // without CAP_CHOWN, which it needed only to give the working directory
-// away.
+// away (and, in a pod, to lock the engine's mounts: lockMounts).
 func harden() error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
