@@ -69,6 +69,9 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (driver.Instance
 		if !apierrors.IsAlreadyExists(err) && !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
 			d.remember(name) // it may have been made after all
 		}
+		if spec.Runtime != "" && apierrors.IsForbidden(err) && strings.Contains(err.Error(), "RuntimeClass") {
+			return nil, fmt.Errorf("kubernetes: creating pod: the cluster has no RuntimeClass %q (sandbox.WithRuntime names one): %w", spec.Runtime, err)
+		}
 		return nil, d.err("creating pod", err)
 	}
 	in := &instance{d: d, name: name, timeout: timeout}

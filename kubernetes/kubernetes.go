@@ -3,8 +3,7 @@
 // process, through client-go. It is a module of its own, so that client-go
 // never enters the core library's dependencies.
 //
-//	drv, err := kubernetes.New(kubernetes.Config{Namespace: "sandboxes"})
-//	...
+//	drv := kubernetes.New(kubernetes.Config{Namespace: "sandboxes"})
 //	sb, err := sandbox.New(ctx, sandbox.WithDriver(drv), sandbox.WithImage("python:3.12-slim"))
 //
 // # The pod
@@ -24,11 +23,26 @@
 // size: writing past it is ENOSPC), counted towards the memory limit.
 // WithRuntime sets runtimeClassName.
 //
+// Those three and POSIX message queues (/dev/mqueue) are the only places
+// a command can write, as the sandbox's user and as root (WithUser("0")):
+// the agent's emptyDir is read-only in the sandbox's container, and the
+// agent, as it starts, takes every other writable mount away from root
+// (it removes their write bits and gives them to a user no command runs
+// as, with CAP_CHOWN, which it then drops for good): the kubelet's
+// /dev/termination-log and /etc/hosts, files on the node's disk, and the
+// runtime's /dev (and runc's /sys/fs/cgroup, a tmpfs). A tmpfs's sizeLimit
+// bounds its bytes, not its inodes: the kubelet mounts it with size= only,
+// and no pod field sets nr_inodes. An empty file's inode and dentry (about
+// 1 KiB) are charged to the container's memory cgroup, so empty files in a
+// "0 % used" /tmp fill at most the memory limit: the pod's own OOM, not
+// the node's.
+//
 // # Streams
 //
 // The library's frames never pass through the pod's log: the agent serves
-// them on a unix socket in its emptyDir, reached by an exec'd relay (the
-// agent again, with no capabilities); pods/exec streams are not logged.
+// them on a unix socket in /dev (root's only, and listened on only until
+// the relay connects), reached by an exec'd relay (the agent again, with
+// no capabilities); pods/exec streams are not logged.
 // The container's attach stream is the owner's tether: its stdin is open
 // only while the library's attach lasts (stdinOnce), so when the owning
 // process closes the sandbox or dies the agent sees its stdin end and the
@@ -61,6 +75,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -222,14 +237,24 @@ func (d *Driver) err(op string, err error) error {
 		return nil
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("kubernetes: %s: %w", op, err)
-	case apierrors.IsForbidden(err):
+	case apierrors.IsForbidden(err) && denied(err):
 		return fmt.Errorf("kubernetes: %s: %w (grant the library's user pods, pods/exec and pods/attach in namespace %s: see the package doc)", op, err, d.ns)
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "PodSecurity"):
+		return fmt.Errorf("kubernetes: %s: %w (the Pod Security level of namespace %s must admit the pod: see the package doc)", op, err, d.ns)
 	case apierrors.IsTimeout(err), apierrors.IsServerTimeout(err), errors.As(err, &ne) && ne.Timeout():
 		return fmt.Errorf("%w: %w: kubernetes: %s: %v", driver.ErrUnavailable, driver.ErrUnresponsive, op, err)
 	case apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err), errors.As(err, &ne), isConnErr(err):
 		return fmt.Errorf("%w: kubernetes: %s: %v", driver.ErrUnavailable, op, err)
 	}
 	return fmt.Errorf("kubernetes: %s: %w", op, err)
+}
+
+// denied says whether a 403 is the authorizer's (RBAC: "User ... cannot
+// create resource ..."), not an admission plugin's (a missing
+// RuntimeClass, Pod Security, a quota), which granting would not cure.
+func denied(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, " cannot ") && (strings.Contains(msg, " resource \"") || strings.Contains(msg, " path \""))
 }
 
 // isConnErr reports a failure to reach the API server at all.

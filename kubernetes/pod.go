@@ -17,10 +17,17 @@ import (
 
 const (
 	// agentDir is where the agent's emptyDir is mounted in both
-	// containers; the agent keeps it to itself (mode 0700).
-	agentDir    = "/.agentsandbox"
-	agentPath   = agentDir + "/agent"
-	agentSocket = agentDir + "/agent.sock"
+	// containers: writable by the init container, read-only in the
+	// sandbox's; the agent keeps it to itself (mode 0700).
+	agentDir  = "/.agentsandbox"
+	agentPath = agentDir + "/agent"
+	// agentSocket is where the agent serves the library's relay: in the
+	// runtime's /dev, which the agent then locks (see writable).
+	agentSocket = "/dev/agentsandbox.sock"
+	// writable are the places besides the working directory a sandbox can
+	// write, each bounded: the agent locks every other writable mount as
+	// it starts (the kubelet's termination log and /etc/hosts, /dev).
+	writable = "/tmp,/dev/shm,/dev/mqueue"
 	// sandboxContainer is the name of the container sandbox code runs in.
 	sandboxContainer = "sandbox"
 	// annotationOwner holds engine.Owner(), which is no valid label value.
@@ -48,7 +55,7 @@ func (d *Driver) podFor(name, ns string, spec *driver.Spec) (*corev1.Pod, error)
 		names = append(names, k)
 	}
 	// The agent keeps only these: the kubelet adds service variables.
-	args := append([]string{agentPath, "-listen=" + agentSocket, "-keepenv=" + strings.Join(names, ",")}, spec.Agent...)
+	args := append([]string{agentPath, "-listen=" + agentSocket, "-writable=" + writable, "-keepenv=" + strings.Join(names, ",")}, spec.Agent...)
 	for _, l := range []struct {
 		flag string
 		n    int64
@@ -111,7 +118,7 @@ func (d *Driver) podFor(name, ns string, spec *driver.Spec) (*corev1.Pod, error)
 				SecurityContext:          securityContext(agentCaps),
 				Resources:                corev1.ResourceRequirements{Limits: limits, Requests: requests},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-				VolumeMounts: []corev1.VolumeMount{agentMount,
+				VolumeMounts: []corev1.VolumeMount{{Name: "agent", MountPath: agentDir, ReadOnly: true},
 					{Name: "workdir", MountPath: spec.Workdir},
 					{Name: "tmp", MountPath: "/tmp"},
 					{Name: "shm", MountPath: "/dev/shm"},

@@ -1,12 +1,15 @@
 package kubernetes
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/agentsandbox/sandbox/driver"
 	"github.com/agentsandbox/sandbox/internal/engine"
@@ -33,9 +36,12 @@ func TestUnitPodFor(t *testing.T) {
 		t.Errorf("annotations %v", p.Annotations)
 	}
 	c := p.Spec.Containers[0]
-	want := []string{agentPath, "-listen=" + agentSocket, "-keepenv=A,B", "-lifetime=60s", "-user=1000:1000", "-fsize=1048576", "-nofile=200", "-nproc=64"}
+	want := []string{agentPath, "-listen=" + agentSocket, "-writable=/tmp,/dev/shm,/dev/mqueue", "-keepenv=A,B", "-lifetime=60s", "-user=1000:1000", "-fsize=1048576", "-nofile=200", "-nproc=64"}
 	if !slices.Equal(c.Command, want) {
 		t.Errorf("command %q, want %q", c.Command, want)
+	}
+	if m := c.VolumeMounts[0]; m.Name != "agent" || m.MountPath != agentDir || !m.ReadOnly {
+		t.Errorf("the agent's volume in the sandbox's container: %+v, want it read-only", m)
 	}
 	if len(c.Env) != 2 || c.Env[1].Name != "B" || c.Env[1].Value != "x=y" {
 		t.Errorf("env %+v", c.Env)
@@ -97,5 +103,28 @@ func TestUnitPodFor(t *testing.T) {
 	spec.Labels = map[string]string{"bad key!": "v"}
 	if _, err := d.podFor("agentsandbox-z", "ns", spec); err == nil {
 		t.Error("a label key with a space and '!' was accepted")
+	}
+}
+
+// A 403 hints at RBAC only when the authorizer said it; an admission
+// plugin's (a missing RuntimeClass, Pod Security) gets no wrong hint.
+func TestUnitForbidden(t *testing.T) {
+	d := New(Config{})
+	pods := schema.GroupResource{Resource: "pods"}
+	rbac := apierrors.NewForbidden(pods, "", errors.New(`User "u" cannot create resource "pods" in API group "" in the namespace "ns"`))
+	rc := apierrors.NewForbidden(pods, "p", errors.New(`pod rejected: RuntimeClass "x" not found`))
+	pss := apierrors.NewForbidden(pods, "p", errors.New(`violates PodSecurity "baseline:latest": non-default capabilities`))
+	for _, c := range []struct {
+		err        error
+		hint, none string
+	}{
+		{rbac, "grant the library's user", "Pod Security"},
+		{rc, "", "grant"},
+		{pss, "Pod Security level", "grant"},
+	} {
+		got := d.err("creating pod", c.err)
+		if !apierrors.IsForbidden(got) || !strings.Contains(got.Error(), c.hint) || strings.Contains(got.Error(), c.none) {
+			t.Errorf("%v: %v", c.err, got)
+		}
 	}
 }

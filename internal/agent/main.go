@@ -31,6 +31,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -65,6 +66,7 @@ func main() {
 	fsize := flag.Int64("fsize", 0, "RLIMIT_FSIZE for the agent and its commands (0: as given)")
 	nofile := flag.Int64("nofile", 0, "RLIMIT_NOFILE for the agent and its commands (0: as given)")
 	nproc := flag.Int64("nproc", 0, "RLIMIT_NPROC for the commands, whose user is drawn per sandbox (0: as given)")
+	writable := flag.String("writable", "", "with -listen: lock every writable mount but the working directory and these (comma-separated; see lockMounts)")
 	keepEnv := flag.String("keepenv", "", "keep only these environment variables (comma-separated), removing those the engine adds (Kubernetes' service variables)")
 	flag.Parse()
 	if *keepEnv != "" {
@@ -95,10 +97,16 @@ func main() {
 		err = takeWorkdir(uid, gid)
 	}
 	if err == nil {
-		err = lockDev(uid)
+		err = setRlimits(*fsize, *nofile, *nproc)
+	}
+	var ln *net.UnixListener // pod mode: made before the mounts are locked
+	if err == nil && *listenPath != "" {
+		if ln, err = listenAt(*listenPath); err == nil && *writable != "" {
+			err = lockMounts(strings.Split(*writable, ","))
+		}
 	}
 	if err == nil {
-		err = setRlimits(*fsize, *nofile, *nproc)
+		err = lockDev(uid)
 	}
 	if err == nil {
 		err = harden()
@@ -136,7 +144,7 @@ func main() {
 	var relayPID int
 	if *listenPath != "" {
 		go tether(pollable(0, "stdin"))
-		c, pid, err := listen(*listenPath)
+		c, pid, err := accept(ln)
 		relayPID = pid
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "agent: %v\n", err)
@@ -214,26 +222,24 @@ func takeWorkdir(uid, gid uint32) error {
 
 // lockDev takes /dev (the engine's tmpfs of device nodes, root's and
 // writable) from root, so that a command running as root, which holds no
-// capabilities but owns what root owns, cannot keep files there: its
-// owner becomes an unprivileged uid that is not the sandbox user's
-// (65534, nobody), which the commands cannot take back without
-// CAP_CHOWN or CAP_FOWNER. Its device nodes stay as they are. A /dev
-// that is read-only, or not root's, is left alone.
+// capabilities but owns what root owns, cannot keep files there: it loses
+// its write bits and goes to lockID, a user no command runs as, and a
+// command cannot take it back without CAP_CHOWN or CAP_FOWNER (harden
+// drops CAP_CHOWN next). Its device nodes stay as they are. A /dev that is
+// read-only, or not root's (lockMounts took it in a pod), is left alone.
 func lockDev(uid uint32) error {
 	var st unix.Stat_t
-	if err := unix.Stat("/dev", &st); err != nil || st.Uid != 0 || st.Mode&0o200 == 0 {
+	if err := unix.Stat("/dev", &st); err != nil || st.Uid != 0 || uid == lockID {
 		return nil
 	}
-	var err error
-	for _, owner := range []int{65534, 65533, 1000} {
-		if uint32(owner) == uid {
-			continue
-		}
-		if err = unix.Chown("/dev", owner, -1); err == nil || err == unix.EROFS {
-			return nil
-		}
+	err := unix.Chmod("/dev", st.Mode&0o7777&^0o222)
+	if err == nil {
+		err = unix.Chown("/dev", lockID, lockID)
 	}
-	return fmt.Errorf("taking /dev from root: %w (does the container have CAP_CHOWN?)", err)
+	if err != nil && err != unix.EROFS {
+		return fmt.Errorf("taking /dev from root: %w (does the container have CAP_CHOWN?)", err)
+	}
+	return nil
 }
 
 // pollable returns descriptor fd as a file read and written through the
@@ -247,7 +253,7 @@ func pollable(fd int, name string) *os.File {
 // /proc entries belong to root, and ptrace is refused), with an empty
 // capability bounding set, which every process it starts inherits, and
 // without CAP_CHOWN, which it needed only to give the working directory
-// away.
+// away (and, in a pod, to lock the engine's mounts: lockMounts).
 func harden() error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)

@@ -10,9 +10,12 @@ package main
 //     program into a volume the sandbox's container shares, and with
 //     -isolate takes the pod's network interfaces down (the init
 //     container alone holds CAP_NET_ADMIN for it);
-//   - the sandbox's container: `agent -listen=PATH ...` serves the library
-//     on the first connection to a unix socket in that volume, its stdin
-//     (the engine's attach stream) only holding the sandbox alive;
+//   - the sandbox's container: `agent -listen=PATH -writable=DIRS ...`
+//     serves the library on the first connection to a unix socket at PATH,
+//     its stdin (the engine's attach stream) only holding the sandbox
+//     alive; with -writable it first locks every writable mount but the
+//     working directory and DIRS (lockMounts): the engine's own, such as
+//     the kubelet's termination log and /etc/hosts, or /dev;
 //   - an exec'd relay: `agent -connect=PATH` copies its stdin and stdout
 //     to and from that socket; the exec stream is not logged.
 
@@ -22,6 +25,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -157,23 +162,32 @@ func connect(path string) error {
 	return nil
 }
 
-// listen waits for the library's relay on the socket at path and returns
-// its connection and the relay's process ID; no other is ever accepted
-// (the socket is removed). Only root may connect: the relay runs as the
-// container's user, root, and commands do not run until the library, on
-// this connection, starts them. A snapshot's freeze must never stop the
-// relay, which carries the archive (see freezer).
-func listen(path string) (*net.UnixConn, int, error) {
+// listenAt makes the unix socket at path the library's relay connects to
+// (mode 0600: only root may connect). The agent makes it before it locks
+// the mounts (lockMounts), as the socket's directory may be one of them.
+func listenAt(path string) (*net.UnixListener, error) {
 	os.Remove(path)
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// accept waits for the library's relay on l and returns its connection
+// and the relay's process ID (a snapshot's freeze must never stop the
+// relay, which carries the archive: see freezer);
+// no other is ever accepted (l is closed, and its socket removed where its
+// directory still lets the agent). Only root may connect: the relay runs
+// as the container's user, root, and commands do not run until the
+// library, on this connection, starts them.
+func accept(l *net.UnixListener) (*net.UnixConn, int, error) {
 	defer l.Close()
 	l.SetUnlinkOnClose(true)
-	if err := os.Chmod(path, 0o600); err != nil {
-		return nil, 0, err
-	}
 	for {
 		c, err := l.AcceptUnix()
 		if err != nil {
@@ -245,3 +259,117 @@ func setRlimits(fsize, nofile, nproc int64) error {
 	}
 	return nil
 }
+
+// lockID is the user and group lockMounts gives what it locks to: none a
+// command runs as (the library draws sandbox users from 1e9 to 1.9e9 and
+// tags from 1.9e9 up; the relay is relayID).
+const lockID = 1<<31 - 4
+
+// lockMounts takes every writable mount of the container's but the
+// working directory's and keep's away from every user a command may run as,
+// root included: an engine mounts places of its own that root owns and
+// can write, such as the kubelet's termination log (a file on the node's
+// disk), /etc/hosts (the same) and /dev (a tmpfs). Each mount's root, a
+// directory or a file, loses its write bits and is given to lockID: a
+// command, even root (which has no CAP_DAC_OVERRIDE nor CAP_FOWNER), can
+// then neither write it nor change its mode back. It needs CAP_CHOWN,
+// which harden drops next. Read-only mounts, the kernel's file systems
+// (kernelFS) and devices (such as the /dev/null the runtime masks /proc
+// files with) are left as they are; a tmpfs such as runc's /sys/fs/cgroup
+// is not.
+func lockMounts(keep []string) error {
+	type key struct{ dev, ino uint64 }
+	kept := map[key]bool{}
+	var st unix.Stat_t
+	if err := unix.Stat(".", &st); err != nil {
+		return fmt.Errorf("lock: working directory: %w", err)
+	}
+	kept[key{st.Dev, st.Ino}] = true
+	for _, k := range keep {
+		if k != "" && unix.Stat(k, &st) == nil {
+			kept[key{st.Dev, st.Ino}] = true
+		}
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	for _, m := range parseMountinfo(string(b)) {
+		if m.ro || kernelFS[m.fstype] {
+			continue
+		}
+		if err := unix.Stat(m.point, &st); err != nil || kept[key{st.Dev, st.Ino}] {
+			continue // hidden by another mount, or kept
+		}
+		if t := st.Mode & unix.S_IFMT; t != unix.S_IFDIR && t != unix.S_IFREG {
+			continue // a device (/dev/null over a masked /proc file): stores nothing
+		}
+		if st.Uid != 0 {
+			if st.Uid != lockID && st.Mode&0o022 != 0 {
+				return fmt.Errorf("lock: %s (a %s mount) is writable by others and not root's: it cannot be locked", m.point, m.fstype)
+			}
+			continue
+		}
+		err := unix.Chmod(m.point, st.Mode&0o7777&^0o222)
+		if err == nil {
+			err = unix.Chown(m.point, lockID, lockID)
+		}
+		if err == unix.EROFS {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("lock: %s (a %s mount): %w (does the container have CAP_CHOWN?)", m.point, m.fstype, err)
+		}
+	}
+	return nil
+}
+
+// mount is a line of /proc/self/mountinfo.
+type mount struct {
+	point, fstype string
+	ro            bool // the mount or its file system is read-only
+}
+
+// parseMountinfo parses /proc/self/mountinfo (see proc(5)): "ID PARENT
+// MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS".
+func parseMountinfo(s string) []mount {
+	var ms []mount
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.Fields(line)
+		sep := slices.Index(f, "-")
+		if len(f) < 6 || sep < 6 || len(f) < sep+4 {
+			continue
+		}
+		ms = append(ms, mount{
+			point:  unescapeOctal(f[4]),
+			fstype: f[sep+1],
+			ro:     slices.Contains(strings.Split(f[5], ","), "ro") || slices.Contains(strings.Split(f[sep+3], ","), "ro"),
+		})
+	}
+	return ms
+}
+
+// unescapeOctal undoes the kernel's escaping of a path in mountinfo (a
+// space is \040, a backslash \134).
+func unescapeOctal(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// kernelFS are the file systems lockMounts leaves alone: they store no
+// data, and the kernel guards them (what of /proc and /sys a container may
+// write, the runtime mounts read-only).
+var kernelFS = map[string]bool{"proc": true, "sysfs": true, "cgroup": true, "cgroup2": true, "devpts": true}
