@@ -33,7 +33,7 @@ const stoppedScript = `for s in /proc/[0-9]*/status; do grep -H '^State:.*T' $s;
 // and the sandbox working.
 func TestSnapshotLarge(t *testing.T) {
 	t.Parallel()
-	sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{Disk: 256 << 20}))
+	sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{Disk: 160 << 20}))
 	ctx := ctxFor(t)
 	run(t, sb, `mkdir big && for i in 1 2 3 4 5 6 7 8; do head -c 8388608 /dev/urandom > big/$i; done`)
 	sums := run(t, sb, "md5sum big/*")
