@@ -29,6 +29,15 @@ import (
 //     the same is reported as ErrSandboxGone saying so (OOMKilled). System
 //     V shared memory is bounded by TmpSize in all and destroyed when no
 //     process has it attached; System V message queues hold at most 1 MiB.
+//     The kernel buffers of the sandbox's own TCP sockets (pairs on its
+//     loopback need no network) count towards Memory on cgroup v2. On
+//     cgroup v1 they count towards no memory limit, so the Docker and
+//     Podman backends bound them apart, at a quarter of Memory (at least
+//     16 MiB; memory.kmem.tcp, written by the library itself where it is
+//     root on the engine's host, since runc ignores the engine's
+//     setting); past it the sandbox's sockets stall, the agent does not.
+//     Kubernetes offers no such setting: on a cgroup v1 node they are
+//     unbounded, on v2 they count towards the pod's memory limit.
 //   - PIDs: the container's pids cgroup; a fork bomb stops at this many
 //     processes and threads. The library's agent inside counts too: about a
 //     dozen threads, started before any command runs, so that it can still
