@@ -186,7 +186,8 @@ func TestSnapshotStill(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	mib := stillMiB(t)
-	src := newPython(t, sandbox.WithLimits(sandbox.Limits{PIDs: 512, Disk: int64(mib)<<20 + 256<<20}))
+	src := newPython(t, sandbox.WithLimits(sandbox.Limits{PIDs: 512, Disk: int64(mib)<<20 + 256<<20,
+		Memory: 2*(int64(mib)<<20+256<<20) + 256<<20})) // room for a tmpfs working directory too
 	stillSetup(t, src, mib, false)
 	for _, script := range []string{
 		`for i in $(seq 100); do sleep 100000 & done; wait`,
