@@ -238,39 +238,14 @@ threading.Event().wait()
 // an orphan behind a shut window).
 func TestNetworkStalledTunnels(t *testing.T) {
 	const tunnels = 128
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var held []net.Conn
-	acceptDone := make(chan struct{})
-	go func() {
-		defer close(acceptDone)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		<-acceptDone
-		for _, c := range held {
-			c.Close()
-		}
-	})
-	port := l.Addr().(*net.TCPAddr).Port
+	up, _ := testenv.HoldingListener(t)
+	port := up.Port
 	sb := newPython(t, sandbox.WithNetwork(sandbox.AllowHosts("127.0.0.1/32")))
 	memBefore, _ := testenv.TCPMemPages()
 
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
-	cmd := sb.Command(ctx, "python3", "-c", stallPy, l.Addr().String(), strconv.Itoa(tunnels))
+	cmd := sb.Command(ctx, "python3", "-c", stallPy, up.String(), strconv.Itoa(tunnels))
 	stdout, _ := cmd.StdoutPipe()
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

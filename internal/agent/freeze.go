@@ -226,21 +226,7 @@ func (z *freezer) thaw() {
 }
 
 // tids returns the tasks (threads) of process pid.
-func tids(pid int) []int {
-	d, err := os.Open("/proc/" + strconv.Itoa(pid) + "/task")
-	if err != nil {
-		return nil
-	}
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
-	out := make([]int, 0, len(names))
-	for _, n := range names {
-		if tid, err := strconv.Atoi(n); err == nil {
-			out = append(out, tid)
-		}
-	}
-	return out
-}
+func tids(pid int) []int { return numbered("/proc/" + strconv.Itoa(pid) + "/task") }
 
 // readFile reads at most len(buf) bytes of a /proc file.
 func readFile(name string, buf []byte) ([]byte, bool) {

@@ -180,7 +180,19 @@ func groupsInUse(self int) map[uint32]bool {
 
 // pids lists the processes in /proc other than self.
 func pids(self int) []int {
-	d, err := os.Open("/proc")
+	out := numbered("/proc")
+	for i, pid := range out {
+		if pid == self {
+			return append(out[:i], out[i+1:]...)
+		}
+	}
+	return out
+}
+
+// numbered lists the entries of directory dir named by a number, such as
+// /proc's processes and /proc/PID/task's threads.
+func numbered(dir string) []int {
+	d, err := os.Open(dir)
 	if err != nil {
 		return nil
 	}
@@ -188,8 +200,8 @@ func pids(self int) []int {
 	names, _ := d.Readdirnames(-1)
 	out := make([]int, 0, len(names))
 	for _, n := range names {
-		if pid, err := strconv.Atoi(n); err == nil && pid != self {
-			out = append(out, pid)
+		if id, err := strconv.Atoi(n); err == nil {
+			out = append(out, id)
 		}
 	}
 	return out

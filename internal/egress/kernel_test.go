@@ -14,34 +14,8 @@ import (
 // stalledUpstream accepts connections and never reads them; it counts
 // them and closes them when the test ends.
 func stalledUpstream(t *testing.T) (port int, accepted func() int) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		<-done
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return l.Addr().(*net.TCPAddr).Port, func() int { mu.Lock(); defer mu.Unlock(); return len(conns) }
+	addr, accepted := testenv.HoldingListener(t)
+	return addr.Port, accepted
 }
 
 // proxySide returns the proxy's sockets to the upstream port and their

@@ -3,9 +3,12 @@ package testenv
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"testing"
 )
 
 // TCPSocket is one line of /proc/net/tcp or /proc/net/tcp6: a TCP socket
@@ -90,4 +93,39 @@ func TCPMemPages() (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no TCP mem in /proc/net/sockstat")
+}
+
+// HoldingListener listens on the loopback interface, accepts every
+// connection and never reads from one (an upstream that stopped reading).
+// It returns its address and a count of the connections it accepted, and
+// closes them all when the test ends.
+func HoldingListener(t testing.TB) (addr *net.TCPAddr, accepted func() int) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	return l.Addr().(*net.TCPAddr), func() int { mu.Lock(); defer mu.Unlock(); return len(held) }
 }
