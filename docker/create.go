@@ -286,6 +286,16 @@ func (in *instance) createContainer(ctx context.Context) error {
 			Stream: true, Stdin: true, Stdout: true, Stderr: true,
 		})
 	}); err != nil {
+		if info.Podman {
+			// Podman readies the container for an attach and answers 409
+			// with no reason when its runtime refuses it; a start gives the
+			// reason (a resource limit above the engine's own, say).
+			if serr := in.cli.ContainerStart(ctx, in.id, container.StartOptions{}); serr != nil {
+				if lerr := rlimitErr(serr, in.spec.Resources); lerr != nil {
+					return lerr
+				}
+			}
+		}
 		return in.err("attach", err)
 	}
 	// The attach stream multiplexes the agent's stdout (frames) and
