@@ -317,12 +317,9 @@ func (in *instance) createContainer(ctx context.Context) error {
 	}
 	// Before any command runs: the kernel counts a socket against the
 	// bound only if it was set when the socket was made.
-	f, err := in.boundTCPMemory(ctx)
-	if err != nil && !errors.Is(err, errTCPMemUnsupported) {
+	if err := in.boundTCPMemory(ctx); err != nil && !errors.Is(err, errTCPMemUnsupported) {
 		return err
 	}
-	in.spec.Log.LogAttrs(ctx, slog.LevelDebug, "sandbox.tcpmem", slog.String("sandbox", in.id),
-		slog.Int64("bytes", tcpMemory(r.Memory)), slog.String("cgroup", f), errAttr(err))
 	return nil
 }
 

@@ -66,45 +66,45 @@ var cgroupMemoryRoot = "/sys/fs/cgroup/memory"
 var errTCPMemUnsupported = errors.New("not bounded here")
 
 // boundTCPMemory sets the container's memory.kmem.tcp.limit_in_bytes to
-// tcpMemory(Resources.Memory), as the doc above tcpMemory says, and
-// returns the cgroup file it wrote. It returns an error wrapping
-// errTCPMemUnsupported where the library cannot or need not write it.
-func (in *instance) boundTCPMemory(ctx context.Context) (string, error) {
+// tcpMemory(Resources.Memory), as the doc above tcpMemory says. It
+// returns an error wrapping errTCPMemUnsupported where the library cannot
+// or need not write it.
+func (in *instance) boundTCPMemory(ctx context.Context) error {
 	limit := tcpMemory(in.spec.Resources.Memory)
 	if limit == 0 {
-		return "", fmt.Errorf("%w: Memory is unlimited", errTCPMemUnsupported)
+		return fmt.Errorf("%w: Memory is unlimited", errTCPMemUnsupported)
 	}
 	if _, err := os.Stat(filepath.Join(cgroupMemoryRoot, "memory.kmem.tcp.limit_in_bytes")); err != nil {
-		return "", fmt.Errorf("%w: no cgroup v1 TCP memory controller on this host", errTCPMemUnsupported)
+		return fmt.Errorf("%w: no cgroup v1 TCP memory controller on this host", errTCPMemUnsupported)
 	}
 	if !strings.HasPrefix(in.d.Host(), "unix://") || os.Geteuid() != 0 {
-		return "", fmt.Errorf("%w: not root on the engine's host", errTCPMemUnsupported)
+		return fmt.Errorf("%w: not root on the engine's host", errTCPMemUnsupported)
 	}
 	info, err := in.cli.ContainerInspect(ctx, in.id)
 	if err != nil {
-		return "", in.err("inspect container", err)
+		return in.err("inspect container", err)
 	}
 	if info.State == nil || info.State.Pid <= 0 {
-		return "", fmt.Errorf("%w: the container has no process", errTCPMemUnsupported)
+		return fmt.Errorf("%w: the container has no process", errTCPMemUnsupported)
 	}
 	dir, err := memoryCgroup(info.State.Pid)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", errTCPMemUnsupported, err)
+		return fmt.Errorf("%w: %v", errTCPMemUnsupported, err)
 	}
 	// The process is the container's only if its cgroup is named after
 	// it (docker/<id>, docker-<id>.scope, libpod-<id>...): a process ID
 	// of another PID namespace would name another process here.
 	if !strings.Contains(dir, in.id) {
-		return "", fmt.Errorf("%w: process %d is in %s, not the container's cgroup", errTCPMemUnsupported, info.State.Pid, dir)
+		return fmt.Errorf("%w: process %d is in %s, not the container's cgroup", errTCPMemUnsupported, info.State.Pid, dir)
 	}
 	f := filepath.Join(cgroupMemoryRoot, dir, "memory.kmem.tcp.limit_in_bytes")
 	if _, err := os.Stat(f); err != nil {
-		return "", fmt.Errorf("%w: %v", errTCPMemUnsupported, err)
+		return fmt.Errorf("%w: %v", errTCPMemUnsupported, err)
 	}
 	if err := os.WriteFile(f, []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
-		return f, fmt.Errorf("sandbox: bound the container's TCP memory: %w", err)
+		return fmt.Errorf("sandbox: bound the container's TCP memory: %w", err)
 	}
-	return f, nil
+	return nil
 }
 
 // memoryCgroup returns the cgroup v1 memory cgroup of process pid, as a
