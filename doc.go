@@ -58,13 +58,24 @@
 // WriteFile, ReadFile, Stat, ReadDir, MkdirAll and Remove work on single
 // paths; CopyIn and CopyOut move trees; FS returns an fs.FS view. The
 // sandbox's agent carries them out as the sandbox user, so the kernel
-// checks every access as for that user's commands, and links resolve
-// inside the sandbox. Reads take regular files only (a link to /dev/zero
+// checks every access as for that user's commands, files created belong to
+// that user, and links resolve inside the sandbox (an absolute link target
+// means the sandbox's own root, never the host's). Reads take regular files only (a link to /dev/zero
 // gives ErrNotRegular) and at most Limits.FileSize bytes
 // (ErrFileTooLarge). CopyOut never writes outside the host directory it is
 // given, whatever the sandbox's code planted (symbolic links to "/", "../"
 // names): links that point out are left out and reported (or fatal, with
 // StrictLinks), and the whole copy is bounded (CopyLimit, ErrTooLarge).
+//
+// Names: the Sandbox's methods take names as a shell in the working
+// directory does (relative to it, or absolute), while FS, being an fs.FS,
+// takes only slash-separated names without a leading "/" and roots them at
+// "/": FS(ctx) "workspace/f" is ReadFile "/workspace/f", and
+// fs.Sub(sb.FS(ctx), "workspace") gives the working directory's view.
+// Names are bytes: they need not be UTF-8. Errors are *fs.PathError values:
+// a missing file satisfies errors.Is(err, fs.ErrNotExist), a refused access
+// errors.Is(err, fs.ErrPermission), and the system error itself is there
+// for errors.Is too (syscall.ENOSPC, syscall.EISDIR...).
 //
 // # What the host takes from a sandbox
 //

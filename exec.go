@@ -511,11 +511,16 @@ func (c *Cmd) exit() (wire.Exit, error) {
 	}
 }
 
+// oomAskTimeout bounds one question about the OOM killer (to the agent, or
+// to the engine about an ended instance): a short bound, because it is
+// asked on the way to reporting a failure that is already known.
+const oomAskTimeout = 2 * time.Second
+
 // oomKilled reports whether the OOM killer has struck since last asked, and
 // whether the container is gone (its init does not answer and the engine
 // says it stopped).
 func (s *Sandbox) oomKilled() (oom, gone bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), oomAskTimeout)
 	defer cancel()
 	n, err := s.agent.OOMKills(ctx)
 	if err != nil {

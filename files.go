@@ -19,25 +19,6 @@ import (
 	"github.com/agentsandbox/sandbox/internal/wire"
 )
 
-// File operations. The path rule: the Sandbox's methods take names as a
-// shell in the working directory does (relative to it, or absolute),
-// while FS, being an fs.FS, takes only slash-separated names without a
-// leading "/" and roots them at "/" (FS(ctx) "workspace/f" is ReadFile
-// "/workspace/f"; fs.Sub(sb.FS(ctx), "workspace") gives the working
-// directory's view). Names are
-// bytes: they need not be UTF-8. Errors are *fs.PathError values; a missing
-// file satisfies errors.Is(err, fs.ErrNotExist), a refused access
-// errors.Is(err, fs.ErrPermission), and the system error itself is there
-// for errors.Is too (syscall.ENOSPC, syscall.EISDIR...).
-//
-// Every file operation is carried out inside the sandbox by its agent, with
-// the file system identity of the sandbox user: the kernel checks each
-// access as for a command of that user, files created belong to that user,
-// and symbolic links resolve inside the sandbox (an absolute link target
-// means the sandbox's own root, never the host's). Reads take regular
-// files only and at most Limits.FileSize bytes (ErrNotRegular,
-// ErrFileTooLarge).
-
 // abs returns the absolute, clean path of name in the sandbox.
 func (s *Sandbox) abs(name string) string {
 	if path.IsAbs(name) {
@@ -481,7 +462,8 @@ func (s *Sandbox) CopyOut(ctx context.Context, src, hostDir string, opts ...Copy
 }
 
 // FS returns a read-only view of the sandbox's filesystem rooted at "/"
-// (see the path rule above: "workspace/data.csv", never "/workspace/..."),
+// (names as the package documentation's Files section says: an fs.FS
+// name, "workspace/data.csv", never "/workspace/data.csv"),
 // for use with io/fs functions (fs.WalkDir, fs.Glob, fs.Sub, template
 // parsing...). Every call reaches the sandbox with ctx. Files are read whole
 // when opened, with ReadFile's bounds. It implements fs.StatFS,

@@ -196,6 +196,9 @@ const (
 	// side (closed, or only half-closed) once the sandbox's side has sent
 	// nothing for so long: a client gone, a server that never answers.
 	exposeAfterEOF = 10 * time.Second
+	// exposeErrorBound bounds reading the request and writing the 502
+	// answer on a connection to a port nothing in the sandbox accepts.
+	exposeErrorBound = 5 * time.Second
 	// exposeMaxConns bounds a sandbox's open Expose connections (all its
 	// ports together); a connection past it is closed at once.
 	exposeMaxConns = 256
@@ -534,7 +537,7 @@ func (s *Sandbox) forwardExposed(c net.Conn, port int, b exposeBounds) {
 	if err != nil {
 		// Answer once the request is in: a response that comes before it
 		// is dropped by clients (Go's: "unsolicited response").
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.SetReadDeadline(time.Now().Add(exposeErrorBound))
 		if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
 			io.Copy(io.Discard, io.LimitReader(req.Body, 1<<20))
 		}
@@ -545,7 +548,7 @@ func (s *Sandbox) forwardExposed(c net.Conn, port int, b exposeBounds) {
 			why = de.Msg
 		}
 		msg := fmt.Sprintf("agentsandbox: nothing accepts connections on port %d in sandbox %s: %s\n", port, shortID(s.id), why)
-		c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		c.SetWriteDeadline(time.Now().Add(exposeErrorBound))
 		fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(msg), msg)
 		return
 	}

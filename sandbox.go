@@ -617,7 +617,7 @@ func (s *Sandbox) goneWhy() string {
 		if !ok {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), min(2*time.Second, s.cfg.timeout))
+		ctx, cancel := context.WithTimeout(context.Background(), min(oomAskTimeout, s.cfg.timeout))
 		defer cancel()
 		if r.OOMKilled(ctx) {
 			s.why = "out of memory (OOMKilled: the kernel's OOM killer ended the sandbox's agent, which it takes only when no command is left to kill: raise Limits.Memory)"
@@ -691,7 +691,7 @@ func (s *Sandbox) teardown() error {
 		s.agent.Close()
 	}
 	if s.inst != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
 		if err := s.inst.Remove(ctx); err != nil {
 			errs = append(errs, err)
 		}

@@ -407,7 +407,7 @@ func (sn *Snapshot) Remove(ctx context.Context) error {
 }
 
 func (sn *Snapshot) deleteImage(ctx context.Context, image string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultTimeout)
 	defer cancel()
 	d, own := sn.cfg.backend()
 	if own {

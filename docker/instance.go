@@ -86,9 +86,14 @@ func (in *instance) streamEnded(wait time.Duration) bool {
 	}
 }
 
+// stateTimeout bounds State's one inspect request (less than the
+// Timeout when that is longer): State is asked while deciding how to
+// report a failure already seen.
+const stateTimeout = 5 * time.Second
+
 // State asks the engine what state the container is in.
 func (in *instance) State(ctx context.Context) driver.State {
-	ctx, cancel := context.WithTimeout(ctx, min(5*time.Second, in.spec.Timeout))
+	ctx, cancel := context.WithTimeout(ctx, min(stateTimeout, in.spec.Timeout))
 	defer cancel()
 	info, err := in.cli.ContainerInspect(ctx, cmp.Or(in.id, in.name))
 	switch {
@@ -152,7 +157,7 @@ func (in *instance) OOMKilled(ctx context.Context) bool {
 // did not answer are remembered and removed by a later Remove on the same
 // Driver, or Prune.
 func (in *instance) Remove(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
 	defer cancel()
 	var errs []error
 	// Without an ID the create may still have happened: remove by name.

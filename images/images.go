@@ -106,6 +106,10 @@ const pythonBuildMinutes = 5
 // the file lock.
 const lockPoll = 250 * time.Millisecond
 
+// buildWaitDelay is how long a cancelled build's script (sent SIGTERM) and
+// its output pipes are given to end before they are killed and closed.
+const buildWaitDelay = 30 * time.Second
+
 // Ensure returns a local image reference for recipe, building the image
 // only when no image with that reference exists yet. A note saying what is
 // being built, and the build's progress, go to progress, which may be nil.
@@ -389,6 +393,6 @@ func buildDebian(ctx context.Context, dir, packages string, recipe Recipe, tag s
 	cmd.Cancel = func() error {
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 	}
-	cmd.WaitDelay = 30 * time.Second
+	cmd.WaitDelay = buildWaitDelay
 	return cmd.Run()
 }

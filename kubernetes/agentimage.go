@@ -5,9 +5,14 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/agentsandbox/sandbox/internal/agentbin"
 )
@@ -19,7 +24,10 @@ import (
 func AgentImage() string {
 	h := sha256.New()
 	for _, arch := range []string{"amd64", "arm64"} {
-		bin, _, _ := agentbin.Binary(arch)
+		bin, _, err := agentbin.Binary(arch)
+		if err != nil {
+			panic(err) // both are embedded: the build fails without them
+		}
 		h.Write(bin)
 	}
 	return "agentsandbox.dev/agent:" + hex.EncodeToString(h.Sum(nil)[:8])
@@ -29,43 +37,52 @@ func AgentImage() string {
 // to w as a docker-archive tar named AgentImage(): one file, /agent. Load
 // it with `docker load` or `ctr -n k8s.io images import`, and push it to a
 // registry with the tools of your choice (for a cluster of both
-// architectures, push both under one multi-architecture index).
+// architectures, push both under one multi-architecture index). The
+// archive is the same for the same library and arch.
 func WriteAgentImage(w io.Writer, arch string) error {
 	bin, _, err := agentbin.Binary(arch)
 	if err != nil {
 		return err
 	}
+	if err := writeImage(w, AgentImage(), arch, bin); err != nil {
+		return fmt.Errorf("kubernetes: writing the agent image: %w", err)
+	}
+	return nil
+}
+
+// writeImage writes a docker-archive of the image ref for linux/arch whose
+// one layer holds bin as /agent, its entrypoint.
+func writeImage(w io.Writer, ref, arch string, bin []byte) error {
 	var layer bytes.Buffer
 	lt := tar.NewWriter(&layer)
-	lt.WriteHeader(&tar.Header{Name: "agent", Mode: 0o755, Size: int64(len(bin)), Typeflag: tar.TypeReg, Format: tar.FormatPAX})
-	lt.Write(bin)
+	if err := lt.WriteHeader(&tar.Header{Name: "agent", Mode: 0o755, Size: int64(len(bin)), Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
+		return err
+	}
+	if _, err := lt.Write(bin); err != nil {
+		return err
+	}
 	if err := lt.Close(); err != nil {
 		return err
 	}
-	layerSum := sha256.Sum256(layer.Bytes())
-	config, _ := json.Marshal(map[string]any{
-		"architecture": arch,
-		"os":           "linux",
-		"config":       map[string]any{"Entrypoint": []string{"/agent"}},
-		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(layerSum[:])}},
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layer.Bytes())), nil
 	})
-	configSum := sha256.Sum256(config)
-	configName := hex.EncodeToString(configSum[:]) + ".json"
-	layerName := hex.EncodeToString(layerSum[:]) + "/layer.tar"
-	manifest, _ := json.Marshal([]map[string]any{{
-		"Config": configName, "RepoTags": []string{AgentImage()}, "Layers": []string{layerName},
-	}})
-	tw := tar.NewWriter(w)
-	for _, f := range []struct {
-		name string
-		data []byte
-	}{{configName, config}, {layerName, layer.Bytes()}, {"manifest.json", manifest}} {
-		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.data)), Typeflag: tar.TypeReg}); err != nil {
-			return fmt.Errorf("kubernetes: writing the agent image: %w", err)
-		}
-		if _, err := tw.Write(f.data); err != nil {
-			return fmt.Errorf("kubernetes: writing the agent image: %w", err)
-		}
+	if err != nil {
+		return err
 	}
-	return tw.Close()
+	img, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{
+		Architecture: arch, OS: "linux", Config: v1.Config{Entrypoint: []string{"/agent"}},
+		RootFS: v1.RootFS{Type: "layers"},
+	})
+	if err != nil {
+		return err
+	}
+	if img, err = mutate.AppendLayers(img, l); err != nil { // sets the config's diff_ids
+		return err
+	}
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		return err
+	}
+	return tarball.Write(tag, img, w)
 }

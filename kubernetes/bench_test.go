@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/utils/ptr"
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/sandboxtest"
@@ -66,8 +67,8 @@ func barePodAttach(ctx context.Context) error {
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,
-			AutomountServiceAccountToken:  ptr(false),
-			TerminationGracePeriodSeconds: ptr(int64(0)),
+			AutomountServiceAccountToken:  ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To(int64(0)),
 			Containers: []corev1.Container{{Name: "c", Image: busyboxImage, ImagePullPolicy: corev1.PullNever,
 				Command: []string{"sh"}, Stdin: true, StdinOnce: true}},
 		},
@@ -76,7 +77,7 @@ func barePodAttach(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	defer cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
 	w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(),
 		ResourceVersion: created.ResourceVersion})
 	if err != nil {
@@ -216,5 +217,3 @@ func TestHundred(t *testing.T) {
 		t.Errorf("nodes used: %v, want both", nodes)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

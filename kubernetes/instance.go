@@ -23,6 +23,10 @@ import (
 	"github.com/agentsandbox/sandbox/driver"
 )
 
+// defaultTimeout bounds each API request when Spec.Timeout is 0 (the
+// sandbox package always sets it: its DefaultTimeout, the same 30 s).
+const defaultTimeout = 30 * time.Second
+
 // startBound is the least time a pod is given to be scheduled and start:
 // on a busy cluster that takes longer than one API request.
 const startBound = 2 * time.Minute
@@ -60,7 +64,7 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (driver.Instance
 	}
 	timeout := spec.Timeout
 	if timeout <= 0 {
-		timeout = 30 * time.Second
+		timeout = defaultTimeout
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	created, err := cs.CoreV1().Pods(d.ns).Create(rctx, pod, metav1.CreateOptions{})

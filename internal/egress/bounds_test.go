@@ -310,7 +310,12 @@ func TestEgressCloseAtMaxConns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	time.Sleep(50 * time.Millisecond)
+	for deadline := time.Now().Add(5 * time.Second); !egress.Full(p); {
+		if time.Now().After(deadline) {
+			t.Fatal("the accept loop does not wait for a free slot with every slot taken")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	closed := make(chan error, 1)
 	go func() { closed <- p.Close() }()
 	select {

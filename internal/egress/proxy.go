@@ -132,6 +132,7 @@ type Proxy struct {
 	started bool            // the inner server runs
 	ctx     context.Context // ends at Close; every request runs under it
 	cancel  context.CancelFunc
+	full    atomic.Bool // an accept loop waits for a free MaxConns slot
 }
 
 // New returns a proxy; call Serve to run it.
@@ -215,7 +216,7 @@ func New(cfg Config) *Proxy {
 
 // Serve accepts connections on l until Close.
 func (p *Proxy) Serve(l net.Listener) error {
-	err := p.srv.Serve(&limitListener{Listener: l, sem: make(chan struct{}, p.cfg.MaxConns), track: p.track, done: p.ctx.Done()})
+	err := p.srv.Serve(&limitListener{Listener: l, sem: make(chan struct{}, p.cfg.MaxConns), track: p.track, done: p.ctx.Done(), full: &p.full})
 	if errors.Is(err, http.ErrServerClosed) || p.ctx.Err() != nil && errors.Is(err, net.ErrClosed) {
 		return nil
 	}
@@ -730,6 +731,7 @@ type limitListener struct {
 	sem   chan struct{}
 	track func(net.Conn, bool) bool
 	done  <-chan struct{} // closed by Close
+	full  *atomic.Bool    // set while Accept waits for a free slot
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -737,9 +739,16 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	// for this loop before it closes the connections holding the slots.
 	select {
 	case l.sem <- struct{}{}:
-	case <-l.done:
-		l.Listener.Close()
-		return nil, net.ErrClosed
+	default:
+		l.full.Store(true)
+		select {
+		case l.sem <- struct{}{}:
+			l.full.Store(false)
+		case <-l.done:
+			l.full.Store(false)
+			l.Listener.Close()
+			return nil, net.ErrClosed
+		}
 	}
 	c, err := l.Listener.Accept()
 	if err != nil {

@@ -24,6 +24,7 @@ func TestIsUnreachable(t *testing.T) {
 		err  error
 		want bool
 	}{
+		{"nil", nil, false},
 		{"missing file", &fs.PathError{Op: "stat", Path: "/tmp/x", Err: fs.ErrNotExist}, false},
 		{"bare not-exist", fmt.Errorf("read: %w", fs.ErrNotExist), false},
 		{"engine message", fmt.Errorf("Could not find the file /x in container"), false},

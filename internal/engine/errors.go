@@ -76,8 +76,11 @@ func IsTimeout(err error) bool {
 }
 
 // IsUnreachable reports whether err means the engine could not be reached
-// at all (as opposed to an error the engine returned).
+// at all (as opposed to an error the engine returned); false for nil.
 func IsUnreachable(err error) bool {
+	if err == nil {
+		return false
+	}
 	var op *net.OpError
 	dial := errors.As(err, &op) && op.Op == "dial"
 	return client.IsErrConnectionFailed(err) || dial ||

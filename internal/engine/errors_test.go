@@ -95,3 +95,27 @@ func TestIsStopping(t *testing.T) {
 		}
 	}
 }
+
+// No error is no failure of any kind, and asking does not panic.
+func TestClassifyNil(t *testing.T) {
+	preds := map[string]func(error) bool{
+		"IsNotFound": IsNotFound, "IsConflict": IsConflict,
+		"IsRemovalInProgress": IsRemovalInProgress, "IsGone": IsGone,
+		"IsStopping": IsStopping, "IsInUse": IsInUse,
+		"IsSubnetOverlap": IsSubnetOverlap, "IsTimeout": IsTimeout,
+		"IsUnreachable": IsUnreachable, "MayBeState": MayBeState,
+		"IsMissingEntrypoint": func(err error) bool { return IsMissingEntrypoint(err, "/x") },
+	}
+	for name, p := range preds {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s(nil) panics: %v", name, r)
+				}
+			}()
+			if p(nil) {
+				t.Errorf("%s(nil) = true, want false", name)
+			}
+		}()
+	}
+}

@@ -71,6 +71,7 @@ type Proxy struct {
 	links  map[*link]struct{}
 	nconn  int
 	nreq   int
+	nheld  int // goroutines waiting in pass for a frozen direction to thaw
 
 	hookMu sync.Mutex // guards hook
 	hook   func(Request)
@@ -328,16 +329,33 @@ func (p *Proxy) pass(up bool) bool {
 		if up {
 			gate = p.up
 		}
-		p.mu.Unlock()
 		if gate == nil {
+			p.mu.Unlock()
 			return true
 		}
+		p.nheld++
+		p.mu.Unlock()
+		var cut bool
 		select {
 		case <-gate:
 		case <-p.dead:
+			cut = true
+		}
+		p.mu.Lock()
+		p.nheld--
+		p.mu.Unlock()
+		if cut {
 			return false
 		}
 	}
+}
+
+// held returns how many goroutines wait for a frozen direction to thaw: a
+// connection's dial of the engine, or a pump holding bytes it has read.
+func (p *Proxy) held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.nheld
 }
 
 // pump copies from src to dst. An EOF from src is passed on as a

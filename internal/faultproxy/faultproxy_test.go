@@ -233,12 +233,14 @@ func TestCut(t *testing.T) {
 	e := newEcho(t)
 	p := startProxy(t, e.path)
 	c := dial(t, p)
+	c.Write([]byte("w")) // both connections forwarded before the Freeze
+	readWithin(c, 1, 5*time.Second)
 	frozen := dial(t, p)
 	frozen.Write([]byte("y"))
 	readWithin(frozen, 1, 5*time.Second)
 	p.Freeze() // pumps blocked in a frozen gate must end too
 	frozen.Write([]byte("z"))
-	time.Sleep(50 * time.Millisecond)
+	waitHeld(t, p, 1)
 
 	p.Cut()
 	for _, cc := range []net.Conn{c, frozen} {
@@ -290,8 +292,8 @@ func TestCloseWhileFrozen(t *testing.T) {
 	c := dial(t, p)
 	p.Freeze()
 	c.Write([]byte("q"))
-	dial(t, p) // held in serve
-	time.Sleep(50 * time.Millisecond)
+	dial(t, p)        // held in serve
+	waitHeld(t, p, 2) // "q" (or c's dial of the engine) and the new dial
 	done := make(chan struct{})
 	go func() { p.Close(); close(done) }()
 	select {
@@ -309,6 +311,17 @@ func TestTarget(t *testing.T) {
 	t.Setenv("DOCKER_HOST", "tcp://127.0.0.1:2375")
 	if got := Target(); got != DefaultSocket {
 		t.Errorf("Target() with tcp DOCKER_HOST = %q", got)
+	}
+}
+
+// waitHeld waits until n goroutines of p wait for a frozen direction.
+func waitHeld(t *testing.T, p *Proxy, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); p.held() != n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines held by the freeze, want %d", p.held(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
