@@ -354,7 +354,7 @@ func (f *fakeDriver) Close() error                       { return nil }
 // errors on as they are, so that they match the package's sentinels.
 func TestUnitDriverSpec(t *testing.T) {
 	ctx := context.Background()
-	fd := &fakeDriver{caps: driver.Caps{DiskFS: "ext4"}, err: fmt.Errorf("no engine here: %w", driver.ErrUnavailable)}
+	fd := &fakeDriver{caps: driver.Caps{Disk: driver.DiskExt4}, err: fmt.Errorf("no engine here: %w", driver.ErrUnavailable)}
 	_, err := New(ctx, WithDriver(fd), WithImage("img:1"), WithEnv("A=1"), WithUser("1000:1000"), WithRuntime("runsc"),
 		WithLabels(map[string]string{"team": "x"}), WithLimits(Limits{CPUs: 2, Lifetime: 90 * time.Second}),
 		WithNetwork(AllowHosts("example.org")))
@@ -388,7 +388,7 @@ func TestUnitDriverSpec(t *testing.T) {
 	}
 
 	// A memory working directory: the default Disk shrinks to fit Memory.
-	fd = &fakeDriver{caps: driver.Caps{DiskFS: "tmpfs"}, err: errors.New("stop")}
+	fd = &fakeDriver{caps: driver.Caps{Disk: driver.DiskMemory}, err: errors.New("stop")}
 	New(ctx, WithDriver(fd), WithLimits(Limits{Memory: 256 << 20}))
 	if r := fd.specs[0].Resources; r.Disk+2*r.TmpSize > 256<<20-64<<20 || r.Disk <= 0 {
 		t.Errorf("tmpfs disk %d and /tmp %d in 256 MiB of memory", r.Disk, r.TmpSize)

@@ -420,11 +420,11 @@ func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 // in memory (see tmpfsDisk), and returns its file system.
 func (s *Sandbox) fitDisk(ctx context.Context) (string, error) {
 	if s.cfg.limits.Disk <= 0 {
-		return "tmpfs", nil // unsized
+		return driver.DiskMemory.String(), nil // unsized
 	}
 	caps, err := s.drv.Caps(ctx)
-	if err != nil || caps.DiskFS != "tmpfs" {
-		return caps.DiskFS, err
+	if err != nil || !caps.Disk.InMemory() {
+		return caps.Disk.String(), err
 	}
 	fit, err := tmpfsDisk(s.cfg.limits, s.cfg.diskSet, s.cfg.tmpSet)
 	if err != nil {
@@ -437,7 +437,7 @@ func (s *Sandbox) fitDisk(ctx context.Context) (string, error) {
 				mib(s.cfg.limits.Disk), mib(s.cfg.limits.TmpSize), mib(s.cfg.limits.Memory))))
 		s.cfg.limits = fit
 	}
-	return caps.DiskFS, nil
+	return caps.Disk.String(), nil
 }
 
 // spec is what the backend makes the sandbox's instance from.

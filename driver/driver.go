@@ -31,6 +31,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"time"
@@ -64,15 +65,44 @@ type Driver interface {
 
 // Caps are what a backend's instances are like.
 type Caps struct {
-	// DiskFS is the file system of a working directory with a size limit
-	// (Resources.Disk > 0): "tmpfs" is memory, its files counted towards
-	// Resources.Memory, so the sandbox package fits it in Memory beside
-	// /tmp and /dev/shm; another name ("ext4") is a disk of its own.
-	DiskFS string
+	// Disk is what a working directory with a size limit
+	// (Resources.Disk > 0) is: DiskMemory (the zero value), whose files
+	// count towards Resources.Memory, so the sandbox package fits it in
+	// Memory beside /tmp and /dev/shm; or DiskExt4, a disk of its own.
+	Disk DiskKind
 	// KeepAlive, if > 0, is how often the sandbox package pings each
 	// instance's agent, so that an idle stream is not cut by the engine
 	// (Kubernetes: the kubelet's streamingConnectionIdleTimeout).
 	KeepAlive time.Duration
+}
+
+// DiskKind is what a working directory with a size limit is (Caps.Disk).
+type DiskKind int
+
+const (
+	// DiskMemory is a tmpfs: memory, counted towards Resources.Memory.
+	// It is the zero value: a backend that says nothing is taken to keep
+	// the working directory in memory, the cautious reading.
+	DiskMemory DiskKind = iota
+	// DiskExt4 is an ext4 file system of its own, on disk (Docker: a
+	// loop-mounted image), not counted towards Resources.Memory.
+	DiskExt4
+)
+
+// InMemory says whether the working directory's files are memory,
+// counted towards Resources.Memory.
+func (k DiskKind) InMemory() bool { return k == DiskMemory }
+
+// String is the file system's name, as the sandbox package's audit
+// record gives it: "tmpfs" or "ext4".
+func (k DiskKind) String() string {
+	switch k {
+	case DiskMemory:
+		return "tmpfs"
+	case DiskExt4:
+		return "ext4"
+	}
+	return fmt.Sprintf("DiskKind(%d)", int(k))
 }
 
 // Spec is what an instance is made from.
