@@ -369,10 +369,8 @@ func TestUnitDriverSpec(t *testing.T) {
 		sp.Labels["team"] != "x" || sp.Network != driver.NetworkNone || sp.Resources != want || sp.Timeout != DefaultTimeout {
 		t.Errorf("spec %+v", sp)
 	}
-	args := strings.Join(sp.Agent, " ")
-	if !strings.Contains(args, "-lifetime=90s") || !strings.Contains(args, "-user=1000:1000") ||
-		!strings.Contains(args, "-relay=") || strings.Contains(args, "-drawn") {
-		t.Errorf("agent arguments %q", args)
+	if a := sp.Agent; a.Lifetime != 90*time.Second || a.User != "1000:1000" || a.RelayPort <= 0 || a.Drawn {
+		t.Errorf("agent arguments %+v", a)
 	}
 	env := strings.Join(sp.Env, " ")
 	if !strings.Contains(env, "HOME=/workspace") || !strings.Contains(env, "A=1") || !strings.Contains(env, "HTTP_PROXY=http://127.0.0.1:") {
@@ -382,7 +380,7 @@ func TestUnitDriverSpec(t *testing.T) {
 	// Open is the backend's; the default user is drawn.
 	fd.specs = nil
 	New(ctx, WithDriver(fd), WithNetwork(NetworkPolicy{Open: true}))
-	if sp := fd.specs[0]; sp.Network != driver.NetworkOpen || !strings.Contains(strings.Join(sp.Agent, " "), "-drawn") ||
+	if sp := fd.specs[0]; sp.Network != driver.NetworkOpen || !sp.Agent.Drawn ||
 		strings.Contains(strings.Join(sp.Env, " "), "HTTP_PROXY") {
 		t.Errorf("Open: %+v", sp)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/docker"
 	"github.com/agentsandbox/sandbox/driver"
+	"github.com/agentsandbox/sandbox/driver/agentargs"
 	"github.com/agentsandbox/sandbox/internal/agentconn"
 	"github.com/agentsandbox/sandbox/internal/ident"
 	"github.com/agentsandbox/sandbox/internal/pseudofs"
@@ -443,16 +444,15 @@ func (s *Sandbox) fitDisk(ctx context.Context) (string, error) {
 // spec is what the backend makes the sandbox's instance from.
 func (s *Sandbox) spec(netEnv []string) *driver.Spec {
 	l := s.cfg.limits
-	lifetime := int64(0)
-	if l.Lifetime > 0 {
-		lifetime = int64((l.Lifetime + time.Second - 1) / time.Second)
+	args := agentargs.Args{
+		User:  s.user,
+		Drawn: s.cfg.user == "", // the agent may move it into a rootless engine's IDs
 	}
-	args := []string{fmt.Sprintf("-lifetime=%ds", lifetime), "-user=" + s.user}
-	if s.cfg.user == "" {
-		args = append(args, "-drawn") // the agent may move it into a rootless engine's IDs
+	if l.Lifetime > 0 {
+		args.Lifetime = ((l.Lifetime-1)/time.Second + 1) * time.Second // whole seconds, rounded up
 	}
 	if s.net != nil {
-		args = append(args, fmt.Sprintf("-relay=%d", s.net.relayPort))
+		args.RelayPort = s.net.relayPort
 	}
 	spec := &driver.Spec{
 		Image:   s.cfg.image,

@@ -175,6 +175,10 @@ func tmpfsOpts(size int64, mode string, inodes bool) string {
 
 func (in *instance) createContainer(ctx context.Context) error {
 	r := in.spec.Resources
+	argv, err := in.spec.Agent.Argv()
+	if err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
 	agentVol, err := in.d.agentVolume(ctx, in.cli, in.image, in.spec.Timeout)
 	if err != nil {
 		return err
@@ -199,7 +203,7 @@ func (in *instance) createContainer(ctx context.Context) error {
 	}
 	cc := &container.Config{
 		Image:        in.image,
-		Entrypoint:   append([]string{agentDir + "/agent"}, in.spec.Agent...),
+		Entrypoint:   append([]string{agentDir + "/agent"}, argv...),
 		User:         "0:0", // the agent; commands run as the sandbox user
 		WorkingDir:   in.spec.Workdir,
 		Env:          in.spec.Env,

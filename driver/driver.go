@@ -35,6 +35,8 @@ import (
 	"io"
 	"log/slog"
 	"time"
+
+	"github.com/agentsandbox/sandbox/driver/agentargs"
 )
 
 // Driver is a backend: a connection to one engine and what the backend
@@ -113,15 +115,17 @@ type Spec struct {
 	// without it a missing image is an error wrapping ErrImageNotFound.
 	Pull bool
 
-	// Agent are the agent's arguments (after the program's name). The
-	// backend delivers the agent's program, built for the engine's
-	// architecture from this module's internal/agent (the Docker backend
-	// fills a volume with it), and runs it as root, the instance's main
+	// Agent are the agent's arguments, which the backend renders with
+	// Args.Argv (after the program's name), adding its own where it needs
+	// them (package agentargs). The backend delivers the agent's program,
+	// built for the engine's architecture from this module's
+	// internal/agent (the Docker backend fills a volume with it), and runs
+	// it as root, the instance's main
 	// process, with capabilities AgentCaps and no others, no new
 	// privileges, a read-only root file system, its standard input and
 	// output the stream (Instance.Stream), its standard error to Stderr.
 	// The agent ends the instance when its input closes.
-	Agent []string
+	Agent agentargs.Args
 	// Stderr receives what the agent writes to its standard error.
 	Stderr io.Writer
 

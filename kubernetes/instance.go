@@ -246,7 +246,7 @@ func (in *instance) exec(ctx context.Context, stderr io.Writer) (*stream, error)
 	req := in.d.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(in.d.ns).Name(in.name).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
 			Container: sandboxContainer,
-			Command:   []string{agentPath, "-connect=" + agentSocket},
+			Command:   connectCommand,
 			Stdin:     true, Stdout: true, Stderr: true,
 		}, scheme.ParameterCodec)
 	ex, err := in.d.executor(req.URL().String())

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/agentsandbox/sandbox/driver"
+	"github.com/agentsandbox/sandbox/driver/agentargs"
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/seccomp"
 )
@@ -24,15 +25,26 @@ const (
 	// agentSocket is where the agent serves the library's relay: in the
 	// runtime's /dev, which the agent then locks (see writable).
 	agentSocket = "/dev/agentsandbox.sock"
-	// writable are the places besides the working directory a sandbox can
-	// write, each bounded: the agent locks every other writable mount as
-	// it starts (the kubelet's termination log and /etc/hosts, /dev).
-	writable = "/tmp,/dev/shm,/dev/mqueue"
 	// sandboxContainer is the name of the container sandbox code runs in.
 	sandboxContainer = "sandbox"
 	// annotationOwner holds engine.Owner(), which is no valid label value.
 	annotationOwner = engine.LabelOwner
 )
+
+// writable are the places besides the working directory a sandbox can
+// write, each bounded: the agent locks every other writable mount as it
+// starts (the kubelet's termination log and /etc/hosts, /dev).
+var writable = []string{"/tmp", "/dev/shm", "/dev/mqueue"}
+
+// connectCommand runs an agent that relays its standard input and output
+// to the sandbox's agent (Args.Connect).
+var connectCommand = func() []string {
+	argv, err := agentargs.Args{Connect: agentSocket}.Argv()
+	if err != nil {
+		panic(err) // a constant socket path
+	}
+	return append([]string{agentPath}, argv...)
+}()
 
 // podFor is the pod a sandbox made from spec runs in.
 func (d *Driver) podFor(name, ns string, spec *driver.Spec) (*corev1.Pod, error) {
@@ -54,21 +66,23 @@ func (d *Driver) podFor(name, ns string, spec *driver.Spec) (*corev1.Pod, error)
 		env = append(env, corev1.EnvVar{Name: k, Value: v})
 		names = append(names, k)
 	}
-	// The agent keeps only these: the kubelet adds service variables.
-	args := append([]string{agentPath, "-listen=" + agentSocket, "-writable=" + writable, "-keepenv=" + strings.Join(names, ",")}, spec.Agent...)
-	for _, l := range []struct {
-		flag string
-		n    int64
-	}{{"fsize", r.FileSize}, {"nofile", r.OpenFiles}, {"nproc", r.PIDs}} {
-		if l.n > 0 {
-			args = append(args, fmt.Sprintf("-%s=%d", l.flag, l.n))
-		}
+	a := spec.Agent
+	a.Listen, a.Writable = agentSocket, writable
+	a.KeepEnv = names // the agent keeps only these: the kubelet adds service variables
+	a.FileSize, a.OpenFiles, a.Procs = max(r.FileSize, 0), max(r.OpenFiles, 0), max(r.PIDs, 0)
+	argv, err := a.Argv()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
+	args := append([]string{agentPath}, argv...)
 	isolate := spec.Network == driver.NetworkNone
-	install := []string{"/agent", "-install=" + agentPath}
+	installArgv, err := agentargs.Args{Install: agentPath, Isolate: isolate}.Argv()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	install := append([]string{"/agent"}, installArgv...)
 	initCaps := []corev1.Capability{}
 	if isolate {
-		install = append(install, "-isolate")
 		initCaps = append(initCaps, "NET_ADMIN")
 	}
 	agentCaps := make([]corev1.Capability, len(driver.AgentCaps))
