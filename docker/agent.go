@@ -15,7 +15,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
 
-	"github.com/agentsandbox/sandbox/internal/agentbin"
+	"github.com/agentsandbox/sandbox/driver/agentbin"
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/leftover"
 )

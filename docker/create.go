@@ -21,9 +21,9 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/agentsandbox/sandbox/driver"
+	"github.com/agentsandbox/sandbox/driver/seccomp"
 	"github.com/agentsandbox/sandbox/internal/disk"
 	"github.com/agentsandbox/sandbox/internal/engine"
-	"github.com/agentsandbox/sandbox/internal/seccomp"
 )
 
 // Create makes and starts the sandbox's container with the agent as its

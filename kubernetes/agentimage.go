@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/agentsandbox/sandbox/internal/agentbin"
+	"github.com/agentsandbox/sandbox/driver/agentbin"
 )
 
 // AgentImage returns the name of the agent's image for this version of

@@ -12,8 +12,8 @@ import (
 
 	"github.com/agentsandbox/sandbox/driver"
 	"github.com/agentsandbox/sandbox/driver/agentargs"
+	"github.com/agentsandbox/sandbox/driver/seccomp"
 	"github.com/agentsandbox/sandbox/internal/engine"
-	"github.com/agentsandbox/sandbox/internal/seccomp"
 )
 
 const (
