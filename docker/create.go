@@ -21,6 +21,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/agentsandbox/sandbox/driver"
+	"github.com/agentsandbox/sandbox/driver/owner"
 	"github.com/agentsandbox/sandbox/driver/seccomp"
 	"github.com/agentsandbox/sandbox/internal/disk"
 	"github.com/agentsandbox/sandbox/internal/engine"
@@ -110,7 +111,7 @@ func (in *instance) createVolume(ctx context.Context) error {
 	}
 	size := in.spec.Resources.Disk
 	in.volume = objectName("workdir")
-	opts := volume.CreateOptions{Name: in.volume, Driver: "local", Labels: engine.Labels("workdir", nil)}
+	opts := volume.CreateOptions{Name: in.volume, Driver: "local", Labels: owner.Labels("workdir", nil)}
 	switch {
 	case size > 0 && in.d.diskBacking() != nil:
 		// No loop devices here (not root, or the engine is elsewhere): a
@@ -207,7 +208,7 @@ func (in *instance) createContainer(ctx context.Context) error {
 		User:         "0:0", // the agent; commands run as the sandbox user
 		WorkingDir:   in.spec.Workdir,
 		Env:          in.spec.Env,
-		Labels:       engine.Labels("sandbox", in.spec.Labels),
+		Labels:       owner.Labels("sandbox", in.spec.Labels),
 		Hostname:     "sandbox",
 		AttachStdin:  true,
 		AttachStdout: true,

@@ -12,8 +12,8 @@ import (
 
 	"github.com/agentsandbox/sandbox/driver"
 	"github.com/agentsandbox/sandbox/driver/agentargs"
+	"github.com/agentsandbox/sandbox/driver/owner"
 	"github.com/agentsandbox/sandbox/driver/seccomp"
-	"github.com/agentsandbox/sandbox/internal/engine"
 )
 
 const (
@@ -27,8 +27,8 @@ const (
 	agentSocket = "/dev/agentsandbox.sock"
 	// sandboxContainer is the name of the container sandbox code runs in.
 	sandboxContainer = "sandbox"
-	// annotationOwner holds engine.Owner(), which is no valid label value.
-	annotationOwner = engine.LabelOwner
+	// annotationOwner holds owner.ID(), which is no valid label value.
+	annotationOwner = owner.LabelOwner
 )
 
 // writable are the places besides the working directory a sandbox can
@@ -48,12 +48,12 @@ var connectCommand = func() []string {
 
 // podFor is the pod a sandbox made from spec runs in.
 func (d *Driver) podFor(name, ns string, spec *driver.Spec) (*corev1.Pod, error) {
-	labels, annotations, err := splitLabels(engine.Labels("sandbox", spec.Labels))
+	labels, annotations, err := splitLabels(owner.Labels("sandbox", spec.Labels))
 	if err != nil {
 		return nil, err
 	}
-	annotations[annotationOwner] = engine.Owner()
-	delete(labels, engine.LabelOwner)
+	annotations[annotationOwner] = owner.ID()
+	delete(labels, owner.LabelOwner)
 
 	r := spec.Resources
 	env := make([]corev1.EnvVar, 0, len(spec.Env))
@@ -108,7 +108,7 @@ func (d *Driver) podFor(name, ns string, spec *driver.Spec) (*corev1.Pod, error)
 				MaxSkew:           1,
 				TopologyKey:       "kubernetes.io/hostname",
 				WhenUnsatisfiable: corev1.ScheduleAnyway,
-				LabelSelector:     &metav1.LabelSelector{MatchLabels: map[string]string{engine.LabelManaged: "true"}},
+				LabelSelector:     &metav1.LabelSelector{MatchLabels: map[string]string{owner.LabelManaged: "true"}},
 			}},
 			SecurityContext: &corev1.PodSecurityContext{SeccompProfile: d.seccomp()},
 			InitContainers: []corev1.Container{{

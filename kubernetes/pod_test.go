@@ -13,7 +13,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/driver"
 	"github.com/agentsandbox/sandbox/driver/agentargs"
-	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/driver/owner"
 )
 
 // The pod a spec makes, field by field (no cluster).
@@ -30,10 +30,10 @@ func TestUnitPodFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Labels["team"] != "rl" || p.Labels[engine.LabelManaged] != "true" || p.Labels[engine.LabelOwner] != "" {
+	if p.Labels["team"] != "rl" || p.Labels[owner.LabelManaged] != "true" || p.Labels[owner.LabelOwner] != "" {
 		t.Errorf("labels %v", p.Labels)
 	}
-	if p.Annotations["dev.agentsandbox.snapshot"] == "" || p.Annotations[engine.LabelOwner] != engine.Owner() {
+	if p.Annotations["dev.agentsandbox.snapshot"] == "" || p.Annotations[owner.LabelOwner] != owner.ID() {
 		t.Errorf("annotations %v", p.Annotations)
 	}
 	c := p.Spec.Containers[0]
