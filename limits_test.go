@@ -694,7 +694,7 @@ func TestLimitsLifetimeOwnerKilled(t *testing.T) {
 		t.Logf("the helper's workdir volume was pruned by another test before this one's Prune")
 	}
 	if !owner.Dead(helperOwner) {
-		t.Fatalf("OwnerDead(%q) = false after the helper was killed", helperOwner)
+		t.Fatalf("owner.Dead(%q) = false after the helper was killed", helperOwner)
 	}
 
 	// Prune takes the leftovers of the dead process and leaves this live
@@ -1009,7 +1009,7 @@ func TestOwnerKilledWith20Sandboxes(t *testing.T) {
 	<-eof
 	cmd.Wait()
 	if !owner.Dead(helperOwner) {
-		t.Fatalf("OwnerDead(%q) = false after the helper was killed", helperOwner)
+		t.Fatalf("owner.Dead(%q) = false after the helper was killed", helperOwner)
 	}
 
 	// Every container ends and is auto-removed. The bound is a hang guard.

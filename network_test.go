@@ -925,7 +925,7 @@ func TestNetworkPrune(t *testing.T) {
 	}
 	deadOwner := fmt.Sprintf("%s/%s/%d/12345", mine[0], mine[1], dead)
 	if !owner.Dead(deadOwner) || owner.Dead(owner.ID()) {
-		t.Fatalf("OwnerDead(%q) = false or OwnerDead(self) = true", deadOwner)
+		t.Fatalf("owner.Dead(%q) = false or owner.Dead(self) = true", deadOwner)
 	}
 	mk := func(label string) (string, *firewall.Rules) {
 		tag := netRandHex(6)

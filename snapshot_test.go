@@ -1024,7 +1024,7 @@ func TestSnapshotPrune(t *testing.T) {
 		t.Fatalf("helper: %v\n%s", err, stderr.String())
 	}
 	if !owner.Dead(helperOwner) {
-		t.Fatalf("OwnerDead(%q) = false after the helper exited", helperOwner)
+		t.Fatalf("owner.Dead(%q) = false after the helper exited", helperOwner)
 	}
 
 	src := newSandbox(t)
