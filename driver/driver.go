@@ -24,6 +24,13 @@
 // same meaning are these values, so callers test for them with errors.Is
 // whatever the backend.
 //
+// A backend in another module needs only public packages: agentbin (the
+// agent's program for an architecture), agentargs (the agent's command
+// line, one typed value: Spec.Agent and what a backend adds to it),
+// owner (the labels and the owner identity Prune relies on) and seccomp
+// (the library's profile). testdata/stubbackend is such a backend, in a
+// module of its own.
+//
 // The conformance suite in package sandboxtest states the semantics as
 // tests a backend must pass.
 package driver
@@ -116,15 +123,14 @@ type Spec struct {
 	Pull bool
 
 	// Agent are the agent's arguments, which the backend renders with
-	// Args.Argv (after the program's name), adding its own where it needs
-	// them (package agentargs). The backend delivers the agent's program,
-	// built for the engine's architecture from this module's
-	// internal/agent (the Docker backend fills a volume with it), and runs
-	// it as root, the instance's main
-	// process, with capabilities AgentCaps and no others, no new
-	// privileges, a read-only root file system, its standard input and
-	// output the stream (Instance.Stream), its standard error to Stderr.
-	// The agent ends the instance when its input closes.
+	// Args.Argv (after the program's name), adding its own where it
+	// needs them (package agentargs). The backend delivers the agent's
+	// program, built for the engine's architecture (package agentbin; the
+	// Docker backend fills a volume with it), and runs it as root, the
+	// instance's main process, with capabilities AgentCaps and no others,
+	// no new privileges, a read-only root file system, its standard input
+	// and output the stream (Instance.Stream), its standard error to
+	// Stderr. The agent ends the instance when its input closes.
 	Agent agentargs.Args
 	// Stderr receives what the agent writes to its standard error.
 	Stderr io.Writer
