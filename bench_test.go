@@ -45,7 +45,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/driver/owner"
 )
 
 // cpuTime returns the CPU time (user + system) this process has used so far.
@@ -86,7 +86,7 @@ func floorConfigOf(img string) (*container.Config, *container.HostConfig) {
 		Image:  img,
 		Cmd:    []string{"sleep", "3600"},
 		User:   "1000:1000",
-		Labels: engine.Labels("bench", nil),
+		Labels: owner.Labels("bench", nil),
 	}
 	hc := &container.HostConfig{
 		Init:        &init,

@@ -40,6 +40,7 @@ import (
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/docker"
+	"github.com/agentsandbox/sandbox/driver/owner"
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/faultproxy"
 )
@@ -160,14 +161,14 @@ func takeInventory(t testing.TB, cli *client.Client) inventory {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	f := filters.NewArgs(filters.Arg("label", engine.LabelOwner+"="+engine.Owner()))
+	f := filters.NewArgs(filters.Arg("label", owner.LabelOwner+"="+owner.ID()))
 	var inv inventory
 	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
 	if err != nil {
 		t.Fatalf("list containers: %v", err)
 	}
 	for _, c := range cs {
-		s := "container " + shortID(c.ID) + " " + c.Labels[engine.LabelKind]
+		s := "container " + shortID(c.ID) + " " + c.Labels[owner.LabelKind]
 		if c.State == "paused" {
 			s += " (paused)"
 		}
@@ -254,7 +255,7 @@ func removeExtra(t testing.TB, cli *client.Client, keep inventory) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	f := filters.NewArgs(filters.Arg("label", engine.LabelOwner+"="+engine.Owner()))
+	f := filters.NewArgs(filters.Arg("label", owner.LabelOwner+"="+owner.ID()))
 	kept := func(s string) bool {
 		return slices.ContainsFunc(keep.objects, func(k string) bool { return strings.HasPrefix(k, s) })
 	}

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/driver/owner"
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 )
@@ -660,11 +661,11 @@ func TestLimitsLifetimeOwnerKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner := info.Config.Labels[engine.LabelOwner]
-	if owner == "" || owner == engine.Owner() {
-		t.Fatalf("helper's owner label %q (mine %q)", owner, engine.Owner())
+	helperOwner := info.Config.Labels[owner.LabelOwner]
+	if helperOwner == "" || helperOwner == owner.ID() {
+		t.Fatalf("helper's owner label %q (mine %q)", helperOwner, owner.ID())
 	}
-	ownerFilter := filters.NewArgs(filters.Arg("label", engine.LabelOwner+"="+owner))
+	ownerFilter := filters.NewArgs(filters.Arg("label", owner.LabelOwner+"="+helperOwner))
 	vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: ownerFilter})
 	if err != nil || len(vs.Volumes) != 1 {
 		t.Fatalf("helper's volumes: %d, %v; want its workdir", len(vs.Volumes), err)
@@ -692,8 +693,8 @@ func TestLimitsLifetimeOwnerKilled(t *testing.T) {
 	if len(vs.Volumes) == 0 {
 		t.Logf("the helper's workdir volume was pruned by another test before this one's Prune")
 	}
-	if !engine.OwnerDead(owner) {
-		t.Fatalf("OwnerDead(%q) = false after the helper was killed", owner)
+	if !owner.Dead(helperOwner) {
+		t.Fatalf("owner.Dead(%q) = false after the helper was killed", helperOwner)
 	}
 
 	// Prune takes the leftovers of the dead process and leaves this live
@@ -811,10 +812,10 @@ func loopBackingFiles(t testing.TB) map[string]string {
 }
 
 // ownedBy lists the engine objects whose owner label is owner.
-func ownedBy(t testing.TB, cli *client.Client, owner string) (cs, vs, ns, is int) {
+func ownedBy(t testing.TB, cli *client.Client, helperOwner string) (cs, vs, ns, is int) {
 	t.Helper()
 	ctx := testCtx(t)
-	f := filters.NewArgs(filters.Arg("label", engine.LabelOwner+"="+owner))
+	f := filters.NewArgs(filters.Arg("label", owner.LabelOwner+"="+helperOwner))
 	cl, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
 	if err != nil {
 		t.Fatal(err)
@@ -925,11 +926,11 @@ func TestOwnerKilledWith20Sandboxes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner := info.Config.Labels[engine.LabelOwner]
-	if owner == "" || owner == engine.Owner() || engine.OwnerDead(owner) {
-		t.Fatalf("the live helper's owner label %q (mine %q, dead %v)", owner, engine.Owner(), engine.OwnerDead(owner))
+	helperOwner := info.Config.Labels[owner.LabelOwner]
+	if helperOwner == "" || helperOwner == owner.ID() || owner.Dead(helperOwner) {
+		t.Fatalf("the live helper's owner label %q (mine %q, dead %v)", helperOwner, owner.ID(), owner.Dead(helperOwner))
 	}
-	byOwner := filters.NewArgs(filters.Arg("label", engine.LabelOwner+"="+owner))
+	byOwner := filters.NewArgs(filters.Arg("label", owner.LabelOwner+"="+helperOwner))
 	cs, err := cli.ContainerList(ctx, container.ListOptions{Filters: byOwner}) // running ones
 	if err != nil {
 		t.Fatal(err)
@@ -940,7 +941,7 @@ func TestOwnerKilledWith20Sandboxes(t *testing.T) {
 	}
 	for _, id := range ids {
 		if !running[id] {
-			t.Fatalf("sandbox %.12s of the helper is not a running container labelled %s", id, owner)
+			t.Fatalf("sandbox %.12s of the helper is not a running container labelled %s", id, helperOwner)
 		}
 	}
 	vl, err := cli.VolumeList(ctx, volume.ListOptions{Filters: byOwner})
@@ -968,7 +969,7 @@ func TestOwnerKilledWith20Sandboxes(t *testing.T) {
 		Since: fmt.Sprintf("%d.%09d", kill.Unix(), kill.Nanosecond()),
 		Filters: filters.NewArgs(
 			filters.Arg("type", string(events.ContainerEventType)), filters.Arg("event", string(events.ActionDie)),
-			filters.Arg("label", engine.LabelOwner+"="+owner)),
+			filters.Arg("label", owner.LabelOwner+"="+helperOwner)),
 	})
 	var evMu sync.Mutex
 	exitCodes := map[string]string{} // container ID -> exit code
@@ -1007,13 +1008,13 @@ func TestOwnerKilledWith20Sandboxes(t *testing.T) {
 	killed = true
 	<-eof
 	cmd.Wait()
-	if !engine.OwnerDead(owner) {
-		t.Fatalf("OwnerDead(%q) = false after the helper was killed", owner)
+	if !owner.Dead(helperOwner) {
+		t.Fatalf("owner.Dead(%q) = false after the helper was killed", helperOwner)
 	}
 
 	// Every container ends and is auto-removed. The bound is a hang guard.
 	for {
-		n, _, _, _ := ownedBy(t, cli, owner)
+		n, _, _, _ := ownedBy(t, cli, helperOwner)
 		if n == 0 {
 			break
 		}
@@ -1059,7 +1060,7 @@ func TestOwnerKilledWith20Sandboxes(t *testing.T) {
 			stillAttached++
 		}
 	}
-	_, nv, _, _ := ownedBy(t, cli, owner)
+	_, nv, _, _ := ownedBy(t, cli, helperOwner)
 	t.Logf("before Prune: %d volumes and %d loop devices of the dead helper left", nv, stillAttached)
 
 	// One Prune removes the rest and leaves this live process's sandbox
@@ -1073,7 +1074,7 @@ func TestOwnerKilledWith20Sandboxes(t *testing.T) {
 		t.Fatalf("Prune: %v", err)
 	}
 	t.Logf("Prune removed %d objects in %v", n, time.Since(pruneStart).Round(time.Millisecond))
-	if cs, vs, ns, is := ownedBy(t, cli, owner); cs+vs+ns+is != 0 {
+	if cs, vs, ns, is := ownedBy(t, cli, helperOwner); cs+vs+ns+is != 0 {
 		t.Errorf("after Prune, the dead helper still owns %d containers, %d volumes, %d networks, %d images", cs, vs, ns, is)
 	}
 	// The kernel detaches a loop device asynchronously once its last user

@@ -354,7 +354,7 @@ func (f *fakeDriver) Close() error                       { return nil }
 // errors on as they are, so that they match the package's sentinels.
 func TestUnitDriverSpec(t *testing.T) {
 	ctx := context.Background()
-	fd := &fakeDriver{caps: driver.Caps{DiskFS: "ext4"}, err: fmt.Errorf("no engine here: %w", driver.ErrUnavailable)}
+	fd := &fakeDriver{caps: driver.Caps{Disk: driver.DiskExt4}, err: fmt.Errorf("no engine here: %w", driver.ErrUnavailable)}
 	_, err := New(ctx, WithDriver(fd), WithImage("img:1"), WithEnv("A=1"), WithUser("1000:1000"), WithRuntime("runsc"),
 		WithLabels(map[string]string{"team": "x"}), WithLimits(Limits{CPUs: 2, Lifetime: 90 * time.Second}),
 		WithNetwork(AllowHosts("example.org")))
@@ -369,10 +369,8 @@ func TestUnitDriverSpec(t *testing.T) {
 		sp.Labels["team"] != "x" || sp.Network != driver.NetworkNone || sp.Resources != want || sp.Timeout != DefaultTimeout {
 		t.Errorf("spec %+v", sp)
 	}
-	args := strings.Join(sp.Agent, " ")
-	if !strings.Contains(args, "-lifetime=90s") || !strings.Contains(args, "-user=1000:1000") ||
-		!strings.Contains(args, "-relay=") || strings.Contains(args, "-drawn") {
-		t.Errorf("agent arguments %q", args)
+	if a := sp.Agent; a.Lifetime != 90*time.Second || a.User != "1000:1000" || a.RelayPort <= 0 || a.Drawn {
+		t.Errorf("agent arguments %+v", a)
 	}
 	env := strings.Join(sp.Env, " ")
 	if !strings.Contains(env, "HOME=/workspace") || !strings.Contains(env, "A=1") || !strings.Contains(env, "HTTP_PROXY=http://127.0.0.1:") {
@@ -382,13 +380,13 @@ func TestUnitDriverSpec(t *testing.T) {
 	// Open is the backend's; the default user is drawn.
 	fd.specs = nil
 	New(ctx, WithDriver(fd), WithNetwork(NetworkPolicy{Open: true}))
-	if sp := fd.specs[0]; sp.Network != driver.NetworkOpen || !strings.Contains(strings.Join(sp.Agent, " "), "-drawn") ||
+	if sp := fd.specs[0]; sp.Network != driver.NetworkOpen || !sp.Agent.Drawn ||
 		strings.Contains(strings.Join(sp.Env, " "), "HTTP_PROXY") {
 		t.Errorf("Open: %+v", sp)
 	}
 
 	// A memory working directory: the default Disk shrinks to fit Memory.
-	fd = &fakeDriver{caps: driver.Caps{DiskFS: "tmpfs"}, err: errors.New("stop")}
+	fd = &fakeDriver{caps: driver.Caps{Disk: driver.DiskMemory}, err: errors.New("stop")}
 	New(ctx, WithDriver(fd), WithLimits(Limits{Memory: 256 << 20}))
 	if r := fd.specs[0].Resources; r.Disk+2*r.TmpSize > 256<<20-64<<20 || r.Disk <= 0 {
 		t.Errorf("tmpfs disk %d and /tmp %d in 256 MiB of memory", r.Disk, r.TmpSize)

@@ -34,8 +34,8 @@ import (
 	"github.com/docker/docker/api/types/network"
 
 	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/driver/owner"
 	"github.com/agentsandbox/sandbox/internal/egress"
-	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/firewall"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 )
@@ -912,7 +912,7 @@ func TestNetworkPrune(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	cli := engineClient(t)
-	mine := strings.Split(engine.Owner(), "/")
+	mine := strings.Split(owner.ID(), "/")
 	pidMax := 4194304
 	if b, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil {
 		pidMax, _ = strconv.Atoi(strings.TrimSpace(string(b)))
@@ -924,13 +924,13 @@ func TestNetworkPrune(t *testing.T) {
 		}
 	}
 	deadOwner := fmt.Sprintf("%s/%s/%d/12345", mine[0], mine[1], dead)
-	if !engine.OwnerDead(deadOwner) || engine.OwnerDead(engine.Owner()) {
-		t.Fatalf("OwnerDead(%q) = false or OwnerDead(self) = true", deadOwner)
+	if !owner.Dead(deadOwner) || owner.Dead(owner.ID()) {
+		t.Fatalf("owner.Dead(%q) = false or owner.Dead(self) = true", deadOwner)
 	}
-	mk := func(owner string) (string, *firewall.Rules) {
+	mk := func(label string) (string, *firewall.Rules) {
 		tag := netRandHex(6)
-		labels := engine.Labels("network", nil)
-		labels[engine.LabelOwner] = owner
+		labels := owner.Labels("network", nil)
+		labels[owner.LabelOwner] = label
 		created, err := cli.NetworkCreate(ctx, "agentsandbox-prunetest-"+tag, network.CreateOptions{
 			Driver: "bridge", Internal: true, Labels: labels,
 			Options: map[string]string{"com.docker.network.bridge.name": "asb" + tag},
@@ -950,7 +950,7 @@ func TestNetworkPrune(t *testing.T) {
 		return created.ID, rules
 	}
 	orphan, _ := mk(deadOwner)
-	live, _ := mk(engine.Owner())
+	live, _ := mk(owner.ID())
 	if len(netRules(t, orphan)) != 2 || len(netRules(t, live)) != 2 {
 		t.Fatalf("rules before Prune: %q %q", netRules(t, orphan), netRules(t, live))
 	}

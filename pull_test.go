@@ -22,7 +22,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 
 	"github.com/agentsandbox/sandbox"
-	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/driver/owner"
 )
 
 // testRegistry is a registry of one image, served on loopback (which the
@@ -58,7 +58,7 @@ func newTestRegistry(t *testing.T) *testRegistry {
 	zw.Close()
 	config, _ := json.Marshal(map[string]any{
 		"architecture": runtime.GOARCH, "os": "linux",
-		"config": map[string]any{"Labels": engine.Labels("test-pull", nil)},
+		"config": map[string]any{"Labels": owner.Labels("test-pull", nil)},
 		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{sha(layer.Bytes())}},
 	})
 	manifest, _ := json.Marshal(map[string]any{

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentsandbox/sandbox/docker"
 	"github.com/agentsandbox/sandbox/driver"
+	"github.com/agentsandbox/sandbox/driver/agentargs"
 	"github.com/agentsandbox/sandbox/internal/agentconn"
 	"github.com/agentsandbox/sandbox/internal/ident"
 	"github.com/agentsandbox/sandbox/internal/pseudofs"
@@ -420,11 +421,11 @@ func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
 // in memory (see tmpfsDisk), and returns its file system.
 func (s *Sandbox) fitDisk(ctx context.Context) (string, error) {
 	if s.cfg.limits.Disk <= 0 {
-		return "tmpfs", nil // unsized
+		return driver.DiskMemory.String(), nil // unsized
 	}
 	caps, err := s.drv.Caps(ctx)
-	if err != nil || caps.DiskFS != "tmpfs" {
-		return caps.DiskFS, err
+	if err != nil || !caps.Disk.InMemory() {
+		return caps.Disk.String(), err
 	}
 	fit, err := tmpfsDisk(s.cfg.limits, s.cfg.diskSet, s.cfg.tmpSet)
 	if err != nil {
@@ -437,22 +438,21 @@ func (s *Sandbox) fitDisk(ctx context.Context) (string, error) {
 				mib(s.cfg.limits.Disk), mib(s.cfg.limits.TmpSize), mib(s.cfg.limits.Memory))))
 		s.cfg.limits = fit
 	}
-	return caps.DiskFS, nil
+	return caps.Disk.String(), nil
 }
 
 // spec is what the backend makes the sandbox's instance from.
 func (s *Sandbox) spec(netEnv []string) *driver.Spec {
 	l := s.cfg.limits
-	lifetime := int64(0)
-	if l.Lifetime > 0 {
-		lifetime = int64((l.Lifetime + time.Second - 1) / time.Second)
+	args := agentargs.Args{
+		User:  s.user,
+		Drawn: s.cfg.user == "", // the agent may move it into a rootless engine's IDs
 	}
-	args := []string{fmt.Sprintf("-lifetime=%ds", lifetime), "-user=" + s.user}
-	if s.cfg.user == "" {
-		args = append(args, "-drawn") // the agent may move it into a rootless engine's IDs
+	if l.Lifetime > 0 {
+		args.Lifetime = ((l.Lifetime-1)/time.Second + 1) * time.Second // whole seconds, rounded up
 	}
 	if s.net != nil {
-		args = append(args, fmt.Sprintf("-relay=%d", s.net.relayPort))
+		args.RelayPort = s.net.relayPort
 	}
 	spec := &driver.Spec{
 		Image:   s.cfg.image,

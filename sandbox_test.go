@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/driver/owner"
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 )
@@ -122,7 +123,7 @@ func TestSandboxOptionsRefused(t *testing.T) {
 		{"unknown user", sandbox.WithUser("nobody-here"), `user "nobody-here": not found in /etc/passwd`},
 		{"env without =", sandbox.WithEnv("BAD"), `"BAD" is not KEY=value`},
 		{"env empty key", sandbox.WithEnv("=x"), "not KEY=value"},
-		{"reserved label", sandbox.WithLabels(map[string]string{engine.LabelOwner: "someone-else"}), "reserved"},
+		{"reserved label", sandbox.WithLabels(map[string]string{owner.LabelOwner: "someone-else"}), "reserved"},
 		{"empty image", sandbox.WithImage(""), "empty image"},
 	} {
 		sb, err := sandbox.New(testCtx(t), sandbox.WithImage(busyboxImage), tc.opt)
@@ -166,7 +167,7 @@ func TestSandboxOptionsApplied(t *testing.T) {
 	if info.Config.Labels["test.agentsandbox/case"] != tag {
 		t.Errorf("labels %v lack test.agentsandbox/case=%s", info.Config.Labels, tag)
 	}
-	if info.Config.Labels[engine.LabelOwner] != engine.Owner() || info.Config.Labels[engine.LabelManaged] != "true" {
+	if info.Config.Labels[owner.LabelOwner] != owner.ID() || info.Config.Labels[owner.LabelManaged] != "true" {
 		t.Errorf("library labels missing: %v", info.Config.Labels)
 	}
 	// The same hardening, seen from the engine.

@@ -28,6 +28,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/driver/owner"
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 )
@@ -200,7 +201,7 @@ func TestSnapshotContent(t *testing.T) {
 		t.Errorf("snapshot image has %d layers, want %d (base + 1)", got, want)
 	}
 	l := img.Config.Labels
-	if l[engine.LabelManaged] != "true" || l[engine.LabelOwner] != engine.Owner() || l[engine.LabelKind] != "snapshot" {
+	if l[owner.LabelManaged] != "true" || l[owner.LabelOwner] != owner.ID() || l[owner.LabelKind] != "snapshot" {
 		t.Errorf("snapshot image labels: %v", l)
 	}
 	// The image holds the same files, under /.agentsandbox/workdir.
@@ -359,7 +360,7 @@ func TestSnapshotSettingsAndHardening(t *testing.T) {
 		h := i.HostConfig
 		labels := map[string]string{}
 		for k, v := range i.Config.Labels {
-			if k != engine.LabelKind && k != sandbox.LabelSnapshot {
+			if k != owner.LabelKind && k != sandbox.LabelSnapshot {
 				labels[k] = v
 			}
 		}
@@ -482,7 +483,7 @@ func TestSnapshotDisk(t *testing.T) {
 // listForks lists the containers of this process started from sn.
 func listForks(ctx context.Context, cli *client.Client, sn *sandbox.Snapshot) ([]container.Summary, error) {
 	return cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
-		filters.Arg("label", engine.LabelOwner+"="+engine.Owner()),
+		filters.Arg("label", owner.LabelOwner+"="+owner.ID()),
 		filters.Arg("label", sandbox.LabelSnapshot+"="+sn.ID()),
 	)})
 }
@@ -746,7 +747,7 @@ func TestSnapshotForkCancel(t *testing.T) {
 	snapRun(t, src, "echo x > f", 0)
 	sn := takeSnapshot(t, src)
 	owned := func() []string {
-		f := filters.NewArgs(filters.Arg("label", engine.LabelOwner+"="+engine.Owner()))
+		f := filters.NewArgs(filters.Arg("label", owner.LabelOwner+"="+owner.ID()))
 		cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
 		if err != nil {
 			t.Fatal(err)
@@ -1008,22 +1009,22 @@ func TestSnapshotPrune(t *testing.T) {
 		cmd.Wait()
 		t.Fatalf("the helper's snapshot: %v", err)
 	}
-	owner := img.Config.Labels[engine.LabelOwner]
-	byOwner := filters.NewArgs(filters.Arg("label", engine.LabelOwner+"="+owner))
+	helperOwner := img.Config.Labels[owner.LabelOwner]
+	byOwner := filters.NewArgs(filters.Arg("label", owner.LabelOwner+"="+helperOwner))
 	vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: byOwner})
 	if err != nil || len(vs.Volumes) != 1 {
 		t.Errorf("the live helper's volumes: %d, %v; want its sandbox's workdir", len(vs.Volumes), err)
 	}
-	if owner == "" || owner == engine.Owner() || engine.OwnerDead(owner) {
-		t.Errorf("the live helper's owner label %q (mine %q, dead %v)", owner, engine.Owner(), engine.OwnerDead(owner))
+	if helperOwner == "" || helperOwner == owner.ID() || owner.Dead(helperOwner) {
+		t.Errorf("the live helper's owner label %q (mine %q, dead %v)", helperOwner, owner.ID(), owner.Dead(helperOwner))
 	}
 	// Now it exits without closing or removing anything.
 	stdin.Close()
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("helper: %v\n%s", err, stderr.String())
 	}
-	if !engine.OwnerDead(owner) {
-		t.Fatalf("OwnerDead(%q) = false after the helper exited", owner)
+	if !owner.Dead(helperOwner) {
+		t.Fatalf("owner.Dead(%q) = false after the helper exited", helperOwner)
 	}
 
 	src := newSandbox(t)

@@ -15,7 +15,8 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
 
-	"github.com/agentsandbox/sandbox/internal/agentbin"
+	"github.com/agentsandbox/sandbox/driver/agentbin"
+	"github.com/agentsandbox/sandbox/driver/owner"
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/leftover"
 )
@@ -51,15 +52,15 @@ func (d *Driver) agentVolume(ctx context.Context, cli engine.API, image string, 
 	}
 	// A cache, like an image: it carries the library's mark but no owner,
 	// so Prune and leak checks leave it alone.
-	labels := engine.Labels("agent", nil)
-	delete(labels, engine.LabelOwner)
+	labels := owner.Labels("agent", nil)
+	delete(labels, owner.LabelOwner)
 	dctx, cancel := detached(ctx)
 	defer cancel()
 	if _, err := cli.VolumeCreate(dctx, volume.CreateOptions{Name: name, Labels: labels}); err != nil {
 		return "", d.err("create agent volume", err)
 	}
 	helper := objectName("agentfill")
-	hl := engine.Labels("helper", nil)
+	hl := owner.Labels("helper", nil)
 	_, err = cli.ContainerCreate(dctx,
 		&container.Config{Image: image, Entrypoint: []string{agentDir + "/agent"}, Labels: hl, NetworkDisabled: true},
 		&container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: name, Target: agentDir}}},

@@ -21,9 +21,10 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/agentsandbox/sandbox/driver"
+	"github.com/agentsandbox/sandbox/driver/owner"
+	"github.com/agentsandbox/sandbox/driver/seccomp"
 	"github.com/agentsandbox/sandbox/internal/disk"
 	"github.com/agentsandbox/sandbox/internal/engine"
-	"github.com/agentsandbox/sandbox/internal/seccomp"
 )
 
 // Create makes and starts the sandbox's container with the agent as its
@@ -110,7 +111,7 @@ func (in *instance) createVolume(ctx context.Context) error {
 	}
 	size := in.spec.Resources.Disk
 	in.volume = objectName("workdir")
-	opts := volume.CreateOptions{Name: in.volume, Driver: "local", Labels: engine.Labels("workdir", nil)}
+	opts := volume.CreateOptions{Name: in.volume, Driver: "local", Labels: owner.Labels("workdir", nil)}
 	switch {
 	case size > 0 && in.d.diskBacking() != nil:
 		// No loop devices here (not root, or the engine is elsewhere): a
@@ -175,6 +176,10 @@ func tmpfsOpts(size int64, mode string, inodes bool) string {
 
 func (in *instance) createContainer(ctx context.Context) error {
 	r := in.spec.Resources
+	argv, err := in.spec.Agent.Argv()
+	if err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
 	agentVol, err := in.d.agentVolume(ctx, in.cli, in.image, in.spec.Timeout)
 	if err != nil {
 		return err
@@ -199,11 +204,11 @@ func (in *instance) createContainer(ctx context.Context) error {
 	}
 	cc := &container.Config{
 		Image:        in.image,
-		Entrypoint:   append([]string{agentDir + "/agent"}, in.spec.Agent...),
+		Entrypoint:   append([]string{agentDir + "/agent"}, argv...),
 		User:         "0:0", // the agent; commands run as the sandbox user
 		WorkingDir:   in.spec.Workdir,
 		Env:          in.spec.Env,
-		Labels:       engine.Labels("sandbox", in.spec.Labels),
+		Labels:       owner.Labels("sandbox", in.spec.Labels),
 		Hostname:     "sandbox",
 		AttachStdin:  true,
 		AttachStdout: true,

@@ -181,9 +181,9 @@ func (d *Driver) engineInfo(ctx context.Context) (engine.Info, error) {
 // engine's host), else a tmpfs.
 func (d *Driver) Caps(context.Context) (driver.Caps, error) {
 	if d.diskBacking() != nil {
-		return driver.Caps{DiskFS: "tmpfs"}, nil
+		return driver.Caps{Disk: driver.DiskMemory}, nil
 	}
-	return driver.Caps{DiskFS: "ext4"}, nil
+	return driver.Caps{Disk: driver.DiskExt4}, nil
 }
 
 // diskBacking says why the working directory cannot be a loop-mounted

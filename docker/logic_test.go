@@ -27,6 +27,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/agentsandbox/sandbox/driver"
+	"github.com/agentsandbox/sandbox/driver/owner"
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/leftover"
 )
@@ -124,7 +125,7 @@ func (f *fakeEngine) Close() error { return nil }
 // read are left alone; a removal someone else is already doing is not an
 // error, and a volume still in use is retried until it goes.
 func TestUnitPruneOwnerRules(t *testing.T) {
-	me := engine.Owner()
+	me := owner.ID()
 	f := strings.Split(me, "/") // host/boot/pid/start
 	start, _ := strconv.ParseUint(f[3], 10, 64)
 	owners := map[string]string{
@@ -136,7 +137,7 @@ func TestUnitPruneOwnerRules(t *testing.T) {
 		"none":      "",
 	}
 	labels := func(who string) map[string]string {
-		return map[string]string{engine.LabelManaged: "true", engine.LabelOwner: owners[who]}
+		return map[string]string{owner.LabelManaged: "true", owner.LabelOwner: owners[who]}
 	}
 	fe := &fakeEngine{removeErr: map[string][]error{
 		// Another Prune is removing it: not this one's, not an error.
@@ -178,7 +179,7 @@ func TestUnitPruneOwnerRules(t *testing.T) {
 		t.Errorf("prune counted %d, want %d (%d objects and 1 firewall rule set)", n, len(want)+1, len(want))
 	}
 	for _, a := range fe.filters {
-		if !a.ExactMatch("label", engine.LabelManaged+"=true") {
+		if !a.ExactMatch("label", owner.LabelManaged+"=true") {
 			t.Errorf("a list was not limited to the library's objects: %v", a)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 
+	"github.com/agentsandbox/sandbox/driver/owner"
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/firewall"
 )
@@ -32,7 +33,7 @@ func (d *Driver) Prune(ctx context.Context) (int, error) {
 // unit tests replace.
 func (d *Driver) prune(ctx context.Context, cli engine.API,
 	fw func(ctx context.Context, exists func(tag string) bool) (int, error)) (int, error) {
-	f := filters.NewArgs(filters.Arg("label", engine.LabelManaged+"=true"))
+	f := filters.NewArgs(filters.Arg("label", owner.LabelManaged+"=true"))
 	var n int
 	var errs []error
 	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
@@ -40,7 +41,7 @@ func (d *Driver) prune(ctx context.Context, cli engine.API,
 		return 0, fmt.Errorf("sandbox: prune: %w", err)
 	}
 	for _, c := range cs {
-		if engine.OwnerDead(c.Labels[engine.LabelOwner]) {
+		if owner.Dead(c.Labels[owner.LabelOwner]) {
 			err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 			if err == nil {
 				n++
@@ -54,7 +55,7 @@ func (d *Driver) prune(ctx context.Context, cli engine.API,
 		return n, fmt.Errorf("sandbox: prune: %w", err)
 	}
 	for _, v := range vs.Volumes {
-		if engine.OwnerDead(v.Labels[engine.LabelOwner]) {
+		if owner.Dead(v.Labels[owner.LabelOwner]) {
 			if err := removeVolume(ctx, cli, v.Name); err != nil {
 				errs = append(errs, err)
 			} else {
@@ -67,7 +68,7 @@ func (d *Driver) prune(ctx context.Context, cli engine.API,
 		return n, fmt.Errorf("sandbox: prune: %w", err)
 	}
 	for _, nw := range nets {
-		if engine.OwnerDead(nw.Labels[engine.LabelOwner]) {
+		if owner.Dead(nw.Labels[owner.LabelOwner]) {
 			if err := cli.NetworkRemove(ctx, nw.ID); err == nil {
 				n++
 			} else if !engine.IsNotFound(err) {
@@ -97,7 +98,7 @@ func (d *Driver) prune(ctx context.Context, cli engine.API,
 		return n, fmt.Errorf("sandbox: prune: %w", err)
 	}
 	for _, im := range is {
-		if engine.OwnerDead(im.Labels[engine.LabelOwner]) {
+		if owner.Dead(im.Labels[owner.LabelOwner]) {
 			_, err := cli.ImageRemove(ctx, im.ID, image.RemoveOptions{PruneChildren: true})
 			if err == nil {
 				n++

@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 
 	"github.com/agentsandbox/sandbox/driver"
+	"github.com/agentsandbox/sandbox/driver/owner"
 	"github.com/agentsandbox/sandbox/internal/engine"
 )
 
@@ -46,7 +47,7 @@ func (d *Driver) CommitSnapshot(ctx context.Context, req driver.CommitRequest) (
 	tmp, err := cli.ContainerCreate(dctx, &container.Config{
 		Image:      req.Base,
 		Entrypoint: []string{"/bin/sh"},
-		Labels:     engine.Labels("snapshot-build", nil),
+		Labels:     owner.Labels("snapshot-build", nil),
 	}, &container.HostConfig{NetworkMode: "none", LogConfig: container.LogConfig{Type: "none"}}, nil, nil, tmpName)
 	cancel()
 	defer d.removeHelper(ctx, cli, tmpName, req.Timeout)
@@ -78,7 +79,7 @@ func (d *Driver) CommitSnapshot(ctx context.Context, req driver.CommitRequest) (
 	img, err := ccli.ContainerCommit(dctx, tmp.ID, container.CommitOptions{
 		Comment: "agentsandbox snapshot of " + shortID(req.Source),
 		Config: &container.Config{
-			Labels: engine.Labels("snapshot", map[string]string{"dev.agentsandbox.source": req.Source}),
+			Labels: owner.Labels("snapshot", map[string]string{"dev.agentsandbox.source": req.Source}),
 		},
 	})
 	if err != nil {

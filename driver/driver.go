@@ -24,6 +24,13 @@
 // same meaning are these values, so callers test for them with errors.Is
 // whatever the backend.
 //
+// A backend in another module needs only public packages: agentbin (the
+// agent's program for an architecture), agentargs (the agent's command
+// line, one typed value: Spec.Agent and what a backend adds to it),
+// owner (the labels and the owner identity Prune relies on) and seccomp
+// (the library's profile). testdata/stubbackend is such a backend, in a
+// module of its own.
+//
 // The conformance suite in package sandboxtest states the semantics as
 // tests a backend must pass.
 package driver
@@ -31,9 +38,12 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"time"
+
+	"github.com/agentsandbox/sandbox/driver/agentargs"
 )
 
 // Driver is a backend: a connection to one engine and what the backend
@@ -64,15 +74,44 @@ type Driver interface {
 
 // Caps are what a backend's instances are like.
 type Caps struct {
-	// DiskFS is the file system of a working directory with a size limit
-	// (Resources.Disk > 0): "tmpfs" is memory, its files counted towards
-	// Resources.Memory, so the sandbox package fits it in Memory beside
-	// /tmp and /dev/shm; another name ("ext4") is a disk of its own.
-	DiskFS string
+	// Disk is what a working directory with a size limit
+	// (Resources.Disk > 0) is: DiskMemory (the zero value), whose files
+	// count towards Resources.Memory, so the sandbox package fits it in
+	// Memory beside /tmp and /dev/shm; or DiskExt4, a disk of its own.
+	Disk DiskKind
 	// KeepAlive, if > 0, is how often the sandbox package pings each
 	// instance's agent, so that an idle stream is not cut by the engine
 	// (Kubernetes: the kubelet's streamingConnectionIdleTimeout).
 	KeepAlive time.Duration
+}
+
+// DiskKind is what a working directory with a size limit is (Caps.Disk).
+type DiskKind int
+
+const (
+	// DiskMemory is a tmpfs: memory, counted towards Resources.Memory.
+	// It is the zero value: a backend that says nothing is taken to keep
+	// the working directory in memory, the cautious reading.
+	DiskMemory DiskKind = iota
+	// DiskExt4 is an ext4 file system of its own, on disk (Docker: a
+	// loop-mounted image), not counted towards Resources.Memory.
+	DiskExt4
+)
+
+// InMemory says whether the working directory's files are memory,
+// counted towards Resources.Memory.
+func (k DiskKind) InMemory() bool { return k == DiskMemory }
+
+// String is the file system's name, as the sandbox package's audit
+// record gives it: "tmpfs" or "ext4".
+func (k DiskKind) String() string {
+	switch k {
+	case DiskMemory:
+		return "tmpfs"
+	case DiskExt4:
+		return "ext4"
+	}
+	return fmt.Sprintf("DiskKind(%d)", int(k))
 }
 
 // Spec is what an instance is made from.
@@ -83,15 +122,16 @@ type Spec struct {
 	// without it a missing image is an error wrapping ErrImageNotFound.
 	Pull bool
 
-	// Agent are the agent's arguments (after the program's name). The
-	// backend delivers the agent's program, built for the engine's
-	// architecture from this module's internal/agent (the Docker backend
-	// fills a volume with it), and runs it as root, the instance's main
-	// process, with capabilities AgentCaps and no others, no new
-	// privileges, a read-only root file system, its standard input and
-	// output the stream (Instance.Stream), its standard error to Stderr.
-	// The agent ends the instance when its input closes.
-	Agent []string
+	// Agent are the agent's arguments, which the backend renders with
+	// Args.Argv (after the program's name), adding its own where it
+	// needs them (package agentargs). The backend delivers the agent's
+	// program, built for the engine's architecture (package agentbin; the
+	// Docker backend fills a volume with it), and runs it as root, the
+	// instance's main process, with capabilities AgentCaps and no others,
+	// no new privileges, a read-only root file system, its standard input
+	// and output the stream (Instance.Stream), its standard error to
+	// Stderr. The agent ends the instance when its input closes.
+	Agent agentargs.Args
 	// Stderr receives what the agent writes to its standard error.
 	Stderr io.Writer
 

@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/agentsandbox/sandbox/internal/agentbin"
+	"github.com/agentsandbox/sandbox/driver/agentbin"
 )
 
 // AgentImage returns the name of the agent's image for this version of

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/agentsandbox/sandbox/internal/agentbin"
+	"github.com/agentsandbox/sandbox/driver/agentbin"
 )
 
 // The agent's image archive (no cluster): a docker-archive named

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/utils/ptr"
 
 	"github.com/agentsandbox/sandbox/driver"
 )
@@ -250,7 +251,7 @@ func (in *instance) exec(ctx context.Context, stderr io.Writer) (*stream, error)
 	req := in.d.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(in.d.ns).Name(in.name).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
 			Container: sandboxContainer,
-			Command:   []string{agentPath, "-connect=" + agentSocket},
+			Command:   connectCommand,
 			Stdin:     true, Stdout: true, Stderr: true,
 		}, scheme.ParameterCodec)
 	ex, err := in.d.executor(req.URL().String())
@@ -350,7 +351,7 @@ func (in *instance) Remove(ctx context.Context) error {
 // deletePod deletes a pod with no grace period; one that is gone already
 // is no error. A pod it could not delete is remembered for Prune.
 func (d *Driver) deletePod(ctx context.Context, name string) error {
-	err := d.cs.CoreV1().Pods(d.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	err := d.cs.CoreV1().Pods(d.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
 	if err == nil || apierrors.IsNotFound(err) {
 		d.forget(name)
 		return nil

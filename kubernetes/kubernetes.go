@@ -219,7 +219,7 @@ func (d *Driver) Caps(context.Context) (driver.Caps, error) {
 	if _, err := d.client(); err != nil {
 		return driver.Caps{}, err
 	}
-	return driver.Caps{DiskFS: "tmpfs", KeepAlive: d.cfg.KeepAlive}, nil
+	return driver.Caps{Disk: driver.DiskMemory, KeepAlive: d.cfg.KeepAlive}, nil
 }
 
 // Close closes the client's idle connections. Sandboxes already made keep

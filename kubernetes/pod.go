@@ -9,10 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 
 	"github.com/agentsandbox/sandbox/driver"
-	"github.com/agentsandbox/sandbox/internal/engine"
-	"github.com/agentsandbox/sandbox/internal/seccomp"
+	"github.com/agentsandbox/sandbox/driver/agentargs"
+	"github.com/agentsandbox/sandbox/driver/owner"
+	"github.com/agentsandbox/sandbox/driver/seccomp"
 )
 
 const (
@@ -24,24 +26,35 @@ const (
 	// agentSocket is where the agent serves the library's relay: in the
 	// runtime's /dev, which the agent then locks (see writable).
 	agentSocket = "/dev/agentsandbox.sock"
-	// writable are the places besides the working directory a sandbox can
-	// write, each bounded: the agent locks every other writable mount as
-	// it starts (the kubelet's termination log and /etc/hosts, /dev).
-	writable = "/tmp,/dev/shm,/dev/mqueue"
 	// sandboxContainer is the name of the container sandbox code runs in.
 	sandboxContainer = "sandbox"
-	// annotationOwner holds engine.Owner(), which is no valid label value.
-	annotationOwner = engine.LabelOwner
+	// annotationOwner holds owner.ID(), which is no valid label value.
+	annotationOwner = owner.LabelOwner
 )
+
+// writable are the places besides the working directory a sandbox can
+// write, each bounded: the agent locks every other writable mount as it
+// starts (the kubelet's termination log and /etc/hosts, /dev).
+var writable = []string{"/tmp", "/dev/shm", "/dev/mqueue"}
+
+// connectCommand runs an agent that relays its standard input and output
+// to the sandbox's agent (Args.Connect).
+var connectCommand = func() []string {
+	argv, err := agentargs.Args{Connect: agentSocket}.Argv()
+	if err != nil {
+		panic(err) // a constant socket path
+	}
+	return append([]string{agentPath}, argv...)
+}()
 
 // podFor is the pod a sandbox made from spec runs in.
 func (d *Driver) podFor(name, ns string, spec *driver.Spec) (*corev1.Pod, error) {
-	labels, annotations, err := splitLabels(engine.Labels("sandbox", spec.Labels))
+	labels, annotations, err := splitLabels(owner.Labels("sandbox", spec.Labels))
 	if err != nil {
 		return nil, err
 	}
-	annotations[annotationOwner] = engine.Owner()
-	delete(labels, engine.LabelOwner)
+	annotations[annotationOwner] = owner.ID()
+	delete(labels, owner.LabelOwner)
 
 	r := spec.Resources
 	env := make([]corev1.EnvVar, 0, len(spec.Env))
@@ -54,21 +67,23 @@ func (d *Driver) podFor(name, ns string, spec *driver.Spec) (*corev1.Pod, error)
 		env = append(env, corev1.EnvVar{Name: k, Value: v})
 		names = append(names, k)
 	}
-	// The agent keeps only these: the kubelet adds service variables.
-	args := append([]string{agentPath, "-listen=" + agentSocket, "-writable=" + writable, "-keepenv=" + strings.Join(names, ",")}, spec.Agent...)
-	for _, l := range []struct {
-		flag string
-		n    int64
-	}{{"fsize", r.FileSize}, {"nofile", r.OpenFiles}, {"nproc", r.PIDs}} {
-		if l.n > 0 {
-			args = append(args, fmt.Sprintf("-%s=%d", l.flag, l.n))
-		}
+	a := spec.Agent
+	a.Listen, a.Writable = agentSocket, writable
+	a.KeepEnv = names // the agent keeps only these: the kubelet adds service variables
+	a.FileSize, a.OpenFiles, a.Procs = max(r.FileSize, 0), max(r.OpenFiles, 0), max(r.PIDs, 0)
+	argv, err := a.Argv()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
+	args := append([]string{agentPath}, argv...)
 	isolate := spec.Network == driver.NetworkNone
-	install := []string{"/agent", "-install=" + agentPath}
+	installArgv, err := agentargs.Args{Install: agentPath, Isolate: isolate}.Argv()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	install := append([]string{"/agent"}, installArgv...)
 	initCaps := []corev1.Capability{}
 	if isolate {
-		install = append(install, "-isolate")
 		initCaps = append(initCaps, "NET_ADMIN")
 	}
 	agentCaps := make([]corev1.Capability, len(driver.AgentCaps))
@@ -85,16 +100,16 @@ func (d *Driver) podFor(name, ns string, spec *driver.Spec) (*corev1.Pod, error)
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: annotations},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,
-			AutomountServiceAccountToken:  ptr(false),
-			EnableServiceLinks:            ptr(false),
-			TerminationGracePeriodSeconds: ptr(int64(0)),
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To(int64(0)),
 			NodeSelector:                  d.cfg.NodeSelector,
 			// Spread the library's pods over the nodes, where they fit.
 			TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
 				MaxSkew:           1,
 				TopologyKey:       "kubernetes.io/hostname",
 				WhenUnsatisfiable: corev1.ScheduleAnyway,
-				LabelSelector:     &metav1.LabelSelector{MatchLabels: map[string]string{engine.LabelManaged: "true"}},
+				LabelSelector:     &metav1.LabelSelector{MatchLabels: map[string]string{owner.LabelManaged: "true"}},
 			}},
 			SecurityContext: &corev1.PodSecurityContext{SeccompProfile: d.seccomp()},
 			InitContainers: []corev1.Container{{
@@ -136,10 +151,10 @@ func (d *Driver) podFor(name, ns string, spec *driver.Spec) (*corev1.Pod, error)
 		// The agent ends the sandbox at its Lifetime; the deadline ends a
 		// pod whose agent did not (a second later, counted from the pod's
 		// start, which is before the agent's).
-		pod.Spec.ActiveDeadlineSeconds = ptr(int64(r.Lifetime.Seconds()) + 2)
+		pod.Spec.ActiveDeadlineSeconds = ptr.To(int64(r.Lifetime.Seconds()) + 2)
 	}
 	if spec.Runtime != "" {
-		pod.Spec.RuntimeClassName = ptr(spec.Runtime)
+		pod.Spec.RuntimeClassName = ptr.To(spec.Runtime)
 	}
 	return pod, nil
 }
@@ -150,7 +165,7 @@ func (d *Driver) seccomp() *corev1.SeccompProfile {
 	if d.cfg.SeccompProfile == "" {
 		return &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
 	}
-	return &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr(d.cfg.SeccompProfile)}
+	return &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To(d.cfg.SeccompProfile)}
 }
 
 // SeccompProfile returns the library's seccomp profile for nodes of
@@ -167,12 +182,12 @@ func SeccompProfile(arch string) ([]byte, error) {
 // more, on a read-only root file system.
 func securityContext(caps []corev1.Capability) *corev1.SecurityContext {
 	return &corev1.SecurityContext{
-		RunAsUser:                ptr(int64(0)),
-		RunAsGroup:               ptr(int64(0)),
-		RunAsNonRoot:             ptr(false),
-		Privileged:               ptr(false),
-		AllowPrivilegeEscalation: ptr(false),
-		ReadOnlyRootFilesystem:   ptr(true),
+		RunAsUser:                ptr.To(int64(0)),
+		RunAsGroup:               ptr.To(int64(0)),
+		RunAsNonRoot:             ptr.To(false),
+		Privileged:               ptr.To(false),
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: caps},
 	}
 }
@@ -222,5 +237,3 @@ func splitLabels(in map[string]string) (labels, annotations map[string]string, e
 	}
 	return labels, annotations, nil
 }
-
-func ptr[T any](v T) *T { return &v }

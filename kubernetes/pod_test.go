@@ -12,14 +12,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/agentsandbox/sandbox/driver"
-	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/driver/agentargs"
+	"github.com/agentsandbox/sandbox/driver/owner"
 )
 
 // The pod a spec makes, field by field (no cluster).
 func TestUnitPodFor(t *testing.T) {
 	d := New(Config{AgentImage: "agent:1", NodeSelector: map[string]string{"pool": "sandboxes"}})
 	spec := &driver.Spec{
-		Image: "python:3", Agent: []string{"-lifetime=60s", "-user=1000:1000"}, Workdir: "/workspace",
+		Image: "python:3", Agent: agentargs.Args{Lifetime: time.Minute, User: "1000:1000"}, Workdir: "/workspace",
 		Env:    []string{"A=1", "B=x=y"},
 		Labels: map[string]string{"team": "rl", "dev.agentsandbox.snapshot": "sha256:" + strings.Repeat("a", 64)},
 		Resources: driver.Resources{CPUs: 0.5, Memory: 512 << 20, PIDs: 64, Disk: 100 << 20, TmpSize: 8 << 20,
@@ -29,14 +30,15 @@ func TestUnitPodFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Labels["team"] != "rl" || p.Labels[engine.LabelManaged] != "true" || p.Labels[engine.LabelOwner] != "" {
+	if p.Labels["team"] != "rl" || p.Labels[owner.LabelManaged] != "true" || p.Labels[owner.LabelOwner] != "" {
 		t.Errorf("labels %v", p.Labels)
 	}
-	if p.Annotations["dev.agentsandbox.snapshot"] == "" || p.Annotations[engine.LabelOwner] != engine.Owner() {
+	if p.Annotations["dev.agentsandbox.snapshot"] == "" || p.Annotations[owner.LabelOwner] != owner.ID() {
 		t.Errorf("annotations %v", p.Annotations)
 	}
 	c := p.Spec.Containers[0]
-	want := []string{agentPath, "-listen=" + agentSocket, "-writable=/tmp,/dev/shm,/dev/mqueue", "-keepenv=A,B", "-lifetime=60s", "-user=1000:1000", "-fsize=1048576", "-nofile=200", "-nproc=64"}
+	want := []string{agentPath, "-lifetime=1m0s", "-user=1000:1000", "-fsize=1048576", "-nofile=200", "-nproc=64", "-keepenv=A,B",
+		"-listen=" + agentSocket, "-writable=/tmp,/dev/shm,/dev/mqueue"}
 	if !slices.Equal(c.Command, want) {
 		t.Errorf("command %q, want %q", c.Command, want)
 	}

@@ -12,11 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentsandbox/sandbox/driver"
-	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/driver/owner"
 )
 
 // managed selects the library's pods.
-var managed = engine.LabelManaged + "=true"
+var managed = owner.LabelManaged + "=true"
 
 // Prune deletes the pods in the namespace whose owner — a process on this
 // host — has died, and those this Driver failed to delete earlier. Pods
@@ -39,7 +39,7 @@ func (d *Driver) Prune(ctx context.Context) (int, error) {
 	var n int
 	var errs []error
 	for _, p := range pods.Items {
-		if !failed[p.Name] && !engine.OwnerDead(p.Annotations[annotationOwner]) {
+		if !failed[p.Name] && !owner.Dead(p.Annotations[annotationOwner]) {
 			continue
 		}
 		delete(failed, p.Name)
@@ -62,12 +62,12 @@ func (d *Driver) Owned(ctx context.Context, pid int) ([]driver.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	mine := engine.Owner()
-	match := func(owner string) bool { return owner == mine }
+	mine := owner.ID()
+	match := func(label string) bool { return label == mine }
 	if pid != 0 {
 		parts := strings.Split(mine, "/")
 		prefix := fmt.Sprintf("%s/%s/%d/", parts[0], parts[1], pid)
-		match = func(owner string) bool { return strings.HasPrefix(owner, prefix) }
+		match = func(label string) bool { return strings.HasPrefix(label, prefix) }
 	}
 	pods, err := cs.CoreV1().Pods(d.ns).List(ctx, metav1.ListOptions{LabelSelector: managed})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -77,7 +77,7 @@ func (d *Driver) Owned(ctx context.Context, pid int) ([]driver.Object, error) {
 	for _, p := range pods.Items {
 		if match(p.Annotations[annotationOwner]) {
 			objs = append(objs, driver.Object{Type: "pod", ID: p.Name, Name: p.Name,
-				Role: p.Labels[engine.LabelKind], State: podState(&p)})
+				Role: p.Labels[owner.LabelKind], State: podState(&p)})
 		}
 	}
 	sort.Slice(objs, func(i, j int) bool { return objs[i].ID < objs[j].ID })

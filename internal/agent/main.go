@@ -28,7 +28,7 @@ package main
 
 import (
 	"bufio"
-	"flag"
+	"cmp"
 	"fmt"
 	"io"
 	"net"
@@ -44,6 +44,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentsandbox/sandbox/driver/agentargs"
 	"github.com/agentsandbox/sandbox/internal/ident"
 	"github.com/agentsandbox/sandbox/internal/wire"
 )
@@ -55,29 +56,20 @@ const version = "2"
 const fileWorkers = 3
 
 func main() {
-	lifetime := flag.Duration("lifetime", 0, "exit after this long (0: never)")
-	user := flag.String("user", "0:0", "the sandbox user, given the working directory (the current one)")
-	relayPort := flag.Int("relay", 0, "listen on this port of 127.0.0.1 for connections relayed to the library (0: none)")
-	drawn := flag.Bool("drawn", false, "the user is a random uid:gid of the sandbox's own: move it into the IDs a user namespace maps")
-	listenPath := flag.String("listen", "", "serve the library on the first connection to this unix socket; stdin only holds the sandbox alive (see pod.go)")
-	connectPath := flag.String("connect", "", "relay stdin and stdout to the agent's socket at this path, and exit (see pod.go)")
-	installPath := flag.String("install", "", "copy this program to this path, and exit (see pod.go)")
-	isolate := flag.Bool("isolate", false, "with -install: take every network interface but loopback down")
-	fsize := flag.Int64("fsize", 0, "RLIMIT_FSIZE for the agent and its commands (0: as given)")
-	nofile := flag.Int64("nofile", 0, "RLIMIT_NOFILE for the agent and its commands (0: as given)")
-	nproc := flag.Int64("nproc", 0, "RLIMIT_NPROC for the commands, whose user is drawn per sandbox (0: as given)")
-	writable := flag.String("writable", "", "with -listen: lock every writable mount but the working directory and these (comma-separated; see lockMounts)")
-	keepEnv := flag.String("keepenv", "", "keep only these environment variables (comma-separated), removing those the engine adds (Kubernetes' service variables)")
-	flag.Parse()
-	if *keepEnv != "" {
-		onlyEnv(strings.Split(*keepEnv, ","))
+	args, err := agentargs.Parse(os.Args[1:])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agent: %v\n", err)
+		os.Exit(2)
 	}
-	if *installPath != "" || *connectPath != "" {
+	if len(args.KeepEnv) > 0 {
+		onlyEnv(args.KeepEnv)
+	}
+	if args.Install != "" || args.Connect != "" {
 		var err error
-		if *installPath != "" {
-			err = install(*installPath, *isolate)
+		if args.Install != "" {
+			err = install(args.Install, args.Isolate)
 		} else {
-			err = connect(*connectPath)
+			err = connect(args.Connect)
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "agent: %v\n", err)
@@ -85,24 +77,24 @@ func main() {
 		}
 		os.Exit(0)
 	}
-	uid, gid, err := ident.Resolve(*user, "/etc/passwd", "/etc/group")
+	uid, gid, err := ident.Resolve(cmp.Or(args.User, "0:0"), "/etc/passwd", "/etc/group")
 	var mapped uint64
 	if err == nil {
 		mapped, err = mappedIDs()
 	}
-	if err == nil && *drawn {
+	if err == nil && args.Drawn {
 		uid, gid, err = intoMapped(uid, gid, mapped)
 	}
 	if err == nil {
 		err = takeWorkdir(uid, gid)
 	}
 	if err == nil {
-		err = setRlimits(*fsize, *nofile, *nproc)
+		err = setRlimits(args.FileSize, args.OpenFiles, args.Procs)
 	}
 	var ln *net.UnixListener // pod mode: made before the mounts are locked
-	if err == nil && *listenPath != "" {
-		if ln, err = listenAt(*listenPath); err == nil && *writable != "" {
-			err = lockMounts(strings.Split(*writable, ","))
+	if err == nil && args.Listen != "" {
+		if ln, err = listenAt(args.Listen); err == nil && len(args.Writable) > 0 {
+			err = lockMounts(args.Writable)
 		}
 	}
 	if err == nil {
@@ -142,7 +134,7 @@ func main() {
 	var in io.Reader
 	var out io.Writer
 	var relayPID int
-	if *listenPath != "" {
+	if args.Listen != "" {
 		go tether(pollable(0, "stdin"))
 		c, pid, err := accept(ln)
 		relayPID = pid
@@ -166,22 +158,22 @@ func main() {
 	runtime.GOMAXPROCS(1)
 	prewarmThreads(6)
 	debug.SetMemoryLimit(64 << 20)
-	if *lifetime > 0 {
-		time.AfterFunc(*lifetime, func() { os.Exit(0) })
+	if args.Lifetime > 0 {
+		time.AfterFunc(args.Lifetime, func() { os.Exit(0) })
 	}
 	a := newAgent(newBatcher(out), startWorkers(fileWorkers), newOOMScore())
 	a.tags = tagsFor(mapped)
 	if relayPID > 0 {
 		a.keep = []int{relayPID}
 	}
-	if *relayPort != 0 {
-		if err := a.listenRelay(*relayPort); err != nil {
+	if args.RelayPort != 0 {
+		if err := a.listenRelay(args.RelayPort); err != nil {
 			fmt.Fprintf(os.Stderr, "agent: %v\n", err)
 			os.Exit(2)
 		}
 	}
 	go a.reap()
-	if err := a.w.WriteJSON(wire.Hello, 0, wire.Greeting{Version: version, PID: os.Getpid(), UID: uid, GID: gid, Limits: seenLimits(*nproc)}); err != nil {
+	if err := a.w.WriteJSON(wire.Hello, 0, wire.Greeting{Version: version, PID: os.Getpid(), UID: uid, GID: gid, Limits: seenLimits(args.Procs)}); err != nil {
 		os.Exit(0)
 	}
 	// Buffered: a frame's header and payload, and the frames that came

@@ -1,6 +1,7 @@
-// Package engine holds the Docker plumbing shared by the sandbox package: the
-// connection to the engine, the labels every object carries, and the owner
-// identity that lets Prune tell a dead process's leftovers from a live one's.
+// Package engine holds the Docker plumbing shared by the sandbox package:
+// the connection to the engine, its errors, and what the library made on it
+// (Owned). The labels every object carries and the owner identity are
+// package driver/owner's, which every backend shares.
 package engine
 
 import (
@@ -13,7 +14,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,14 +21,6 @@ import (
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
-)
-
-// Label keys set on every container, volume, network and image the library
-// makes.
-const (
-	LabelManaged = "dev.agentsandbox.managed" // always "true"
-	LabelOwner   = "dev.agentsandbox.owner"   // see Owner
-	LabelKind    = "dev.agentsandbox.kind"    // "sandbox", "disk", "snapshot", ...
 )
 
 // Host returns the engine address a client for host would use: host itself,
@@ -196,72 +188,6 @@ func Attach(ctx context.Context, d time.Duration, f func(context.Context) (types
 		giveUp()
 		return types.HijackedResponse{}, fmt.Errorf("%w: attaching took over %v", ErrNoAnswer, d)
 	}
-}
-
-var owner = sync.OnceValue(func() string {
-	host, _ := os.Hostname()
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	pid := os.Getpid()
-	return fmt.Sprintf("%s/%s/%d/%d", host, strings.TrimSpace(string(boot)), pid, startTime(pid))
-})
-
-// Owner identifies this process: "hostname/boot-id/pid/start-time". It is
-// stored in LabelOwner so that OwnerDead can later tell whether the process
-// that made an object still runs.
-func Owner() string { return owner() }
-
-// Labels returns the labels for a new object of the given kind, with extra
-// merged in (the library's own keys win).
-func Labels(kind string, extra map[string]string) map[string]string {
-	l := make(map[string]string, len(extra)+3)
-	for k, v := range extra {
-		l[k] = v
-	}
-	l[LabelManaged] = "true"
-	l[LabelOwner] = Owner()
-	l[LabelKind] = kind
-	return l
-}
-
-// OwnerDead reports whether the process named by an owner label is known to
-// have ended: it ran on this host and either the host has rebooted since or
-// no process with that pid and start time exists. Objects of other hosts,
-// and labels it cannot parse, are never reported dead.
-func OwnerDead(label string) bool {
-	parts := strings.Split(label, "/")
-	mine := strings.Split(Owner(), "/")
-	if len(parts) != 4 || parts[0] != mine[0] || parts[0] == "" {
-		return false
-	}
-	if parts[1] != mine[1] {
-		return mine[1] != "" // same host, new boot: the owner is gone
-	}
-	pid, err1 := strconv.Atoi(parts[2])
-	start, err2 := strconv.ParseUint(parts[3], 10, 64)
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	return startTime(pid) != start
-}
-
-// startTime returns the start time of process pid in clock ticks since boot,
-// or 0 if there is no such process.
-func startTime(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(f[19], 10, 64) // field 22 of stat
-	return v
 }
 
 // Watch returns a context derived from ctx that ends, with cause ErrIdle,

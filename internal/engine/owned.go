@@ -13,6 +13,8 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
+
+	"github.com/agentsandbox/sandbox/driver/owner"
 )
 
 // Object is an engine object the library made.
@@ -30,14 +32,14 @@ type Object struct {
 // objects of every process that has had that pid since the host booted are
 // listed. The order is by type, then ID.
 func Owned(ctx context.Context, cli API, pid int) ([]Object, error) {
-	mine := Owner()
-	match := func(labels map[string]string) bool { return labels[LabelOwner] == mine }
+	mine := owner.ID()
+	match := func(labels map[string]string) bool { return labels[owner.LabelOwner] == mine }
 	if pid != 0 {
 		f := strings.Split(mine, "/") // hostname/boot-id/pid/start-time
 		prefix := f[0] + "/" + f[1] + "/" + strconv.Itoa(pid) + "/"
-		match = func(labels map[string]string) bool { return strings.HasPrefix(labels[LabelOwner], prefix) }
+		match = func(labels map[string]string) bool { return strings.HasPrefix(labels[owner.LabelOwner], prefix) }
 	}
-	managed := filters.NewArgs(filters.Arg("label", LabelManaged+"=true"))
+	managed := filters.NewArgs(filters.Arg("label", owner.LabelManaged+"=true"))
 	var objs []Object
 	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: managed})
 	if err != nil {
@@ -49,7 +51,7 @@ func Owned(ctx context.Context, cli API, pid int) ([]Object, error) {
 			if len(c.Names) > 0 {
 				name = strings.TrimPrefix(c.Names[0], "/")
 			}
-			objs = append(objs, Object{Type: "container", ID: c.ID, Name: name, Role: c.Labels[LabelKind], State: string(c.State)})
+			objs = append(objs, Object{Type: "container", ID: c.ID, Name: name, Role: c.Labels[owner.LabelKind], State: string(c.State)})
 		}
 	}
 	vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: managed})
@@ -58,7 +60,7 @@ func Owned(ctx context.Context, cli API, pid int) ([]Object, error) {
 	}
 	for _, v := range vs.Volumes {
 		if match(v.Labels) {
-			objs = append(objs, Object{Type: "volume", ID: v.Name, Role: v.Labels[LabelKind]})
+			objs = append(objs, Object{Type: "volume", ID: v.Name, Role: v.Labels[owner.LabelKind]})
 		}
 	}
 	ns, err := cli.NetworkList(ctx, network.ListOptions{Filters: managed})
@@ -67,7 +69,7 @@ func Owned(ctx context.Context, cli API, pid int) ([]Object, error) {
 	}
 	for _, n := range ns {
 		if match(n.Labels) {
-			objs = append(objs, Object{Type: "network", ID: n.ID, Name: n.Name, Role: n.Labels[LabelKind]})
+			objs = append(objs, Object{Type: "network", ID: n.ID, Name: n.Name, Role: n.Labels[owner.LabelKind]})
 		}
 	}
 	is, err := cli.ImageList(ctx, image.ListOptions{All: true, Filters: managed})
@@ -76,7 +78,7 @@ func Owned(ctx context.Context, cli API, pid int) ([]Object, error) {
 	}
 	for _, im := range is {
 		if match(im.Labels) {
-			objs = append(objs, Object{Type: "image", ID: im.ID, Role: im.Labels[LabelKind]})
+			objs = append(objs, Object{Type: "image", ID: im.ID, Role: im.Labels[owner.LabelKind]})
 		}
 	}
 	sort.SliceStable(objs, func(i, j int) bool {

@@ -1,8 +1,10 @@
 // Package agentbin holds the sandbox agent (internal/agent), built for
-// linux/amd64 and linux/arm64, for the library to put into containers.
+// linux/amd64 and linux/arm64, for a backend to put into its instances as
+// their main process (see driver.Spec.Agent), whatever module the backend
+// is in.
 //
 // The binaries are generated and committed: `go generate
-// ./internal/agentbin` rebuilds them, byte for byte the same with the
+// ./driver/agentbin` rebuilds them, byte for byte the same with the
 // pinned toolchain (GOTOOLCHAIN below; CI checks that a rebuild changes
 // nothing).
 package agentbin
@@ -14,8 +16,8 @@ import (
 	"fmt"
 )
 
-//go:generate env CGO_ENABLED=0 GOTOOLCHAIN=go1.26.8 GOFLAGS= GOOS=linux GOARCH=amd64 GOAMD64=v1 go build -trimpath -buildvcs=false "-ldflags=-s -w -buildid=" -o agent-linux-amd64 ../agent
-//go:generate env CGO_ENABLED=0 GOTOOLCHAIN=go1.26.8 GOFLAGS= GOOS=linux GOARCH=arm64 GOARM64=v8.0 go build -trimpath -buildvcs=false "-ldflags=-s -w -buildid=" -o agent-linux-arm64 ../agent
+//go:generate env CGO_ENABLED=0 GOTOOLCHAIN=go1.26.8 GOFLAGS= GOOS=linux GOARCH=amd64 GOAMD64=v1 go build -trimpath -buildvcs=false "-ldflags=-s -w -buildid=" -o agent-linux-amd64 ../../internal/agent
+//go:generate env CGO_ENABLED=0 GOTOOLCHAIN=go1.26.8 GOFLAGS= GOOS=linux GOARCH=arm64 GOARM64=v8.0 go build -trimpath -buildvcs=false "-ldflags=-s -w -buildid=" -o agent-linux-arm64 ../../internal/agent
 
 //go:embed agent-linux-amd64 agent-linux-arm64
 var files embed.FS

@@ -4,7 +4,9 @@
 // capabilities are the agent's, none of which unlocks a rule — minus
 // system calls that code in a sandbox has no use for and that have been
 // the way into kernel exploits. Every container gets it, whatever profile
-// its engine would apply by default.
+// its engine would apply by default. It is public so that a backend in
+// another module applies the same profile (the Kubernetes backend's
+// SeccompProfile renders it for the nodes).
 //
 // Left out beyond Docker's current default, and why:
 //
