@@ -215,20 +215,33 @@ func takeWorkdir(uid, gid uint32) error {
 // lockDev takes /dev (the engine's tmpfs of device nodes, root's and
 // writable) from root, so that a command running as root, which holds no
 // capabilities but owns what root owns, cannot keep files there: it loses
-// its write bits and goes to lockID, a user no command runs as, and a
-// command cannot take it back without CAP_CHOWN or CAP_FOWNER (harden
-// drops CAP_CHOWN next). Its device nodes stay as they are. A /dev that is
-// read-only, or not root's (lockMounts took it in a pod), is left alone.
+// its write bits and goes to lockID, a user no command runs as (or, in a
+// user namespace that does not map it, such as rootless Podman's, to
+// nobody), and a command cannot take it back without CAP_CHOWN or
+// CAP_FOWNER (harden drops CAP_CHOWN next). Its device nodes stay as they
+// are. A /dev that is read-only, or not root's (lockMounts took it in a
+// pod), is left alone.
 func lockDev(uid uint32) error {
 	var st unix.Stat_t
-	if err := unix.Stat("/dev", &st); err != nil || st.Uid != 0 || uid == lockID {
+	if err := unix.Stat("/dev", &st); err != nil || st.Uid != 0 {
 		return nil
 	}
 	err := unix.Chmod("/dev", st.Mode&0o7777&^0o222)
-	if err == nil {
-		err = unix.Chown("/dev", lockID, lockID)
+	if err == unix.EROFS {
+		return nil
 	}
-	if err != nil && err != unix.EROFS {
+	if err == nil {
+		for _, owner := range []int{lockID, 65534, 65533} {
+			if uint32(owner) == uid {
+				continue
+			}
+			// EINVAL: owner is not mapped in this user namespace.
+			if err = unix.Chown("/dev", owner, owner); err != unix.EINVAL {
+				break
+			}
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("taking /dev from root: %w (does the container have CAP_CHOWN?)", err)
 	}
 	return nil
