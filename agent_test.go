@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/docker"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 )
 
 // The sandbox's agent (PID 1) is out of reach of the code it runs: its file
@@ -216,6 +217,7 @@ ctypes.CDLL(None).syscall(60, 0)  # SYS_exit: the main thread only
 // volume rm), or made anew empty, it is filled again by the next New in
 // the same process, which works.
 func TestAgentVolumeRefilled(t *testing.T) {
+	testenv.NotOn(t, podmanAgentVolume, testenv.Podman...)
 	t.Parallel()
 	cli := engineClient(t)
 	name := "agentsandbox-agent-test-" + randomHex(4)

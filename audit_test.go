@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io/fs"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -105,8 +106,20 @@ func TestAuditOneRecordPerCall(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, err)
 			continue
 		}
-		if got := log.since(n); len(got) != 1 || got[0] != tc.want {
+		// The activity record is off by default: no sandbox.activity.
+		got := log.since(n)
+		acts := 0
+		got = slices.DeleteFunc(got, func(m string) bool {
+			if m == "sandbox.activity" {
+				acts++
+			}
+			return m == "sandbox.activity"
+		})
+		if len(got) != 1 || got[0] != tc.want {
 			t.Errorf("%s left records %q, want one %q", tc.name, got, tc.want)
+		}
+		if acts > 0 {
+			t.Errorf("%s left %d sandbox.activity records with the record off", tc.name, acts)
 		}
 	}
 }

@@ -46,6 +46,7 @@ import (
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/driver/owner"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // cpuTime returns the CPU time (user + system) this process has used so far.
@@ -266,9 +267,7 @@ func BenchmarkNewExecClose(b *testing.B) {
 			}
 			sb.Close()
 		}
-		for pool.Stats().Ready < 4 {
-			time.Sleep(10 * time.Millisecond)
-		}
+		waitPool(b, pool, 4)
 		cpu := cpuTime()
 		b.ResetTimer()
 		for b.Loop() {
@@ -279,9 +278,7 @@ func BenchmarkNewExecClose(b *testing.B) {
 			mustTrue(b, ctx, sb)
 			b.StopTimer()
 			sb.Close()
-			for pool.Stats().Ready < 4 {
-				time.Sleep(5 * time.Millisecond)
-			}
+			waitPool(b, pool, 4)
 			b.StartTimer()
 		}
 		reportCPU(b, cpu)
@@ -317,6 +314,16 @@ func BenchmarkExecWarm(b *testing.B) {
 		}
 		reportCPU(b, cpu)
 	})
+	// The same with the activity record: its cost is the difference.
+	b.Run("impl=library-activity", func(b *testing.B) {
+		sb := newSandbox(b, sandbox.WithActivity(true))
+		ctx := b.Context()
+		cpu := cpuTime()
+		for b.Loop() {
+			mustTrue(b, ctx, sb)
+		}
+		reportCPU(b, cpu)
+	})
 	b.Run("impl=library-cmd", func(b *testing.B) {
 		sb := newSandbox(b)
 		ctx := b.Context()
@@ -331,20 +338,58 @@ func BenchmarkExecWarm(b *testing.B) {
 	// The command's own cost, the floor under any way of running it:
 	// sh -c true started by a shell loop inside the sandbox (ns/op is per
 	// command; an op runs 50).
-	b.Run("impl=inside", func(b *testing.B) {
-		sb := newSandbox(b)
-		ctx := b.Context()
-		const per = 50
-		var took time.Duration
-		for b.Loop() {
-			r, err := sb.Exec(ctx, fmt.Sprintf("i=0; while [ $i -lt %d ]; do sh -c true; i=$((i+1)); done", per))
-			if err != nil || r.ExitCode != 0 {
-				b.Fatal(r, err)
-			}
-			took += r.Duration
+	for _, on := range []bool{true, false} {
+		name := "impl=inside-activity"
+		if !on {
+			name = "impl=inside"
 		}
-		b.ReportMetric(float64(took.Nanoseconds())/float64(b.N*per), "ns/op")
-	})
+		b.Run(name, func(b *testing.B) { benchInside(b, sandbox.WithActivity(on)) })
+	}
+}
+
+// BenchmarkActivityFiles measures what the activity record adds to a
+// file change: a shell loop inside the sandbox creating files (ns/op is
+// per file), with and without the record (the floor).
+func BenchmarkActivityFiles(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(fmt.Sprintf("activity=%v", on), func(b *testing.B) {
+			sb := newSandbox(b, sandbox.WithActivity(on))
+			ctx := b.Context()
+			const per = 500
+			var took time.Duration
+			for b.Loop() {
+				r, err := sb.Exec(ctx, fmt.Sprintf("mkdir d && cd d && i=0; while [ $i -lt %d ]; do : > f$i; i=$((i+1)); done", per))
+				if err != nil || r.ExitCode != 0 {
+					b.Fatal(r, err)
+				}
+				if on && (r.Activity == nil || len(r.Activity.Files) != per+1) {
+					b.Fatalf("%d file changes recorded, want %d", len(r.Activity.Files), per+1)
+				}
+				took += r.Duration
+				if _, err := sb.Exec(ctx, "rm -r d"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(took.Nanoseconds())/float64(b.N*per), "ns/op")
+		})
+	}
+}
+
+// benchInside is BenchmarkExecWarm's impl=inside: sh -c true started by a
+// shell loop inside the sandbox (ns/op is per command).
+func benchInside(b *testing.B, opts ...sandbox.Option) {
+	sb := newSandbox(b, opts...)
+	ctx := b.Context()
+	const per = 50
+	var took time.Duration
+	for b.Loop() {
+		r, err := sb.Exec(ctx, fmt.Sprintf("i=0; while [ $i -lt %d ]; do sh -c true; i=$((i+1)); done", per))
+		if err != nil || r.ExitCode != 0 {
+			b.Fatal(r, err)
+		}
+		took += r.Duration
+	}
+	b.ReportMetric(float64(took.Nanoseconds())/float64(b.N*per), "ns/op")
 }
 
 // BenchmarkFiles1MiB measures writing a 1 MiB file and reading it back.
@@ -532,13 +577,10 @@ func benchPool(b *testing.B, n int, opts ...sandbox.Option) *sandbox.Pool {
 // a warm pool is the premise of what is measured).
 func waitPool(b *testing.B, p *sandbox.Pool, n int) {
 	b.Helper()
-	deadline := time.Now().Add(5 * time.Minute)
-	for st := p.Stats(); st.Ready < n; st = p.Stats() {
-		if time.Now().After(deadline) {
-			b.Fatalf("the pool did not fill: %+v", st)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	sandboxtest.Eventually(b, 5*time.Minute, func() (bool, string) {
+		st := p.Stats()
+		return st.Ready >= n, fmt.Sprintf("the pool did not fill: %+v", st)
+	})
 }
 
 // BenchmarkFork8 measures starting eight sandboxes: Fork(8) of a snapshot

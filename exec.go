@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"path"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentsandbox/sandbox/driver"
@@ -58,21 +59,43 @@ type Cmd struct {
 	Stdout io.Writer
 	Stderr io.Writer
 
+	// TTY, if set before Start, runs the command on a pseudo-terminal
+	// inside the sandbox, made by its agent: the terminal is the
+	// command's stdin, stdout, stderr and controlling terminal (it leads
+	// a session of its own, so job control works in a shell), it belongs
+	// to the command's user, and TERM is set. Everything the command
+	// writes goes to Stdout, as a terminal shows it (with its line
+	// discipline: "\n" becomes "\r\n", input is echoed); a Stderr set
+	// too is refused by Start (ErrTTYStderr). Bytes from Stdin are typed
+	// on the terminal: a C-c (0x03) interrupts its foreground process
+	// group with SIGINT, as a keyboard's does. Stdin's end is the
+	// terminal's end-of-file character (VEOF, normally C-d: twice after
+	// a partial line), not a closed descriptor; without Stdin, that
+	// character is typed at the start. Resize changes the terminal's
+	// size. Kills, ExecTimeout, limits and the output's bounds are as for
+	// any command. A sandbox that cannot make a pseudo-terminal refuses
+	// the command with ErrTTYUnsupported.
+	TTY *TTY
+
 	// ProcessState describes the finished command; Wait sets it when the
 	// command ran to its end (nil if the sandbox or engine failed).
 	ProcessState *ProcessState
 
 	ctx       context.Context
 	sb        *Sandbox
-	noTimeout bool  // the library's own long-lived process: no ExecTimeout
-	quiet     bool  // no sandbox.exec record (the caller logs its own)
-	err       error // from Command
+	noTimeout bool          // the library's own long-lived process: no ExecTimeout
+	keep      bool          // kept in a leased sandbox even with noTimeout (a Terminal's program)
+	group     bool          // what the command leaves is killed when it exits (a Terminal's program)
+	quiet     bool          // no sandbox.exec record (the caller logs its own)
+	liveDone  chan struct{} // closed when logLive has logged the last activity event; nil: no logLive
+	err       error         // from Command
 	started   bool
 	finished  bool
 	cancel    context.CancelFunc
 	proc      *agentconn.Proc
 	stuck     error // why a kill did not take effect
 	copyDone  chan error
+	outEnded  atomic.Bool   // the output was copied to its end
 	killed    chan struct{} // closed when the kill goroutine has killed the tree
 	killErr   error         // ctx.Err() that caused the kill
 	watchDone chan struct{}
@@ -80,6 +103,8 @@ type Cmd struct {
 	start     time.Time
 	stdoutN   counter
 	stderrN   counter
+	attached  bool // made by AttachCommand
+	activity  *Activity
 }
 
 // ProcessState describes a finished command, as os.ProcessState does for a
@@ -89,6 +114,7 @@ type ProcessState struct {
 	oom       bool
 	duration  time.Duration
 	killCause error
+	exit      wire.Exit
 }
 
 // ExitCode returns the exit status: 128+N for a command ended by signal N
@@ -103,6 +129,19 @@ func (p *ProcessState) Duration() time.Duration { return p.duration }
 
 // OOMKilled reports whether the kernel's OOM killer ended the command.
 func (p *ProcessState) OOMKilled() bool { return p.oom }
+
+// UserTime returns the user CPU time of the command's process and of the
+// descendants it waited for (a shell's commands, say), as wait4 gives it
+// and os.ProcessState.UserTime does on the host. Processes the command
+// left behind to end on their own are not counted.
+func (p *ProcessState) UserTime() time.Duration { return time.Duration(p.exit.UserNS) }
+
+// SystemTime returns the system CPU time counted as UserTime is.
+func (p *ProcessState) SystemTime() time.Duration { return time.Duration(p.exit.SystemNS) }
+
+// MaxRSS returns the largest peak resident set size, in bytes, of the
+// command's process and of the descendants it waited for.
+func (p *ProcessState) MaxRSS() int64 { return p.exit.MaxRSS }
 
 // TimedOut reports whether the command was killed because its context's
 // deadline or Limits.ExecTimeout passed.
@@ -192,7 +231,7 @@ func (c *Cmd) Output() ([]byte, error) {
 	out := newCapture(limit)
 	c.Stdout = out
 	var errb *capture
-	if c.Stderr == nil {
+	if c.Stderr == nil && c.TTY == nil {
 		errb = newCapture(limit)
 		c.Stderr = errb
 	}
@@ -217,7 +256,10 @@ func (c *Cmd) CombinedOutput() ([]byte, error) {
 		return nil, errors.New("sandbox: Stdout or Stderr already set")
 	}
 	out := newCapture(c.sb.cfg.limits.OutputBytes)
-	c.Stdout, c.Stderr = out, out
+	c.Stdout = out
+	if c.TTY == nil {
+		c.Stderr = out
+	}
 	err := c.Run()
 	if err == nil && out.truncated {
 		err = fmt.Errorf("%w: more than %d bytes of output", ErrOutputTruncated, out.limit)
@@ -281,6 +323,16 @@ func (c *Cmd) Start() error {
 	if err := checkHostEnv("Cmd.Env", c.Env); err != nil {
 		return err
 	}
+	var tty *wire.TTY
+	if c.TTY != nil {
+		if c.Stderr != nil {
+			return ErrTTYStderr
+		}
+		var err error
+		if tty, err = c.TTY.request(); err != nil {
+			return err
+		}
+	}
 	s := c.sb
 	if err := s.check(); err != nil {
 		return err
@@ -309,7 +361,8 @@ func (c *Cmd) Start() error {
 	}
 	c.start = time.Now()
 	p, err := s.agent.Exec(ctx, wire.ExecRequest{
-		Args: c.Args, Env: c.Env, Dir: dir, User: user, Stdin: c.Stdin != nil,
+		Args: c.Args, Env: c.Env, Dir: dir, User: user, Stdin: c.Stdin != nil, TTY: tty,
+		Keep: s.lease > 0 && (!c.noTimeout || c.keep), Group: c.group, NoActivity: !s.cfg.activity, MaxActivity: s.cfg.activityMax,
 	})
 	if err != nil {
 		c.cancel()
@@ -319,8 +372,16 @@ func (c *Cmd) Start() error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("sandbox: exec: %w", err)
 		}
-		return fmt.Errorf("sandbox: exec %s: %w", c.Args[0], err)
+		return ttyFailure(fmt.Errorf("sandbox: exec %s: %w", c.Args[0], err))
 	}
+	c.begin(ctx, p, c.Stdin != nil)
+	return nil
+}
+
+// begin copies the output of the started (or attached) command p and
+// watches ctx; with stdin, Stdin is copied to it (its end is the
+// command's stdin's end unless the command was attached).
+func (c *Cmd) begin(ctx context.Context, p *agentconn.Proc, stdin bool) {
 	c.proc = p
 	c.copyDone = make(chan error, 1)
 	c.killed = make(chan struct{})
@@ -345,17 +406,23 @@ func (c *Cmd) Start() error {
 				pw.Close()
 			}
 		}
+		c.outEnded.Store(true)
 		c.copyDone <- cmp.Or(errs[0], errs[1])
 	}()
-	if c.Stdin != nil {
+	if stdin {
 		go func() {
 			w := p.Stdin()
 			io.Copy(w, c.Stdin)
-			w.Close()
+			if !c.attached {
+				w.Close()
+			}
 		}()
 	}
 	go c.watch(ctx)
-	return nil
+	if c.sb.cfg.activity {
+		c.liveDone = make(chan struct{})
+		go c.logLive()
+	}
 }
 
 // drain copies the command's output stream r to w. If w fails, the rest is
@@ -363,7 +430,7 @@ func (c *Cmd) Start() error {
 // returned.
 func drain(w io.Writer, r io.Reader) error {
 	_, err := io.Copy(w, r)
-	if err != nil && !errors.Is(err, io.ErrClosedPipe) && !errors.Is(err, agentconn.ErrGone) {
+	if err != nil && !errors.Is(err, io.ErrClosedPipe) && !errors.Is(err, agentconn.ErrGone) && !errors.Is(err, agentconn.ErrTaken) {
 		io.Copy(io.Discard, r)
 		return err
 	}
@@ -395,6 +462,9 @@ func (c *Cmd) watch(ctx context.Context) {
 			return
 		case <-t.C:
 			err = fmt.Errorf("the output did not end within %v of the kill", s.cfg.timeout)
+			if c.outEnded.Load() {
+				err = fmt.Errorf("the output ended, and no exit was reported within %v of the kill", s.cfg.timeout)
+			}
 		}
 	}
 	c.stuck = err
@@ -422,6 +492,9 @@ func (c *Cmd) Wait() error {
 	exit, err := c.exit()
 	close(c.killed)
 	<-c.watchDone
+	if c.liveDone != nil {
+		<-c.liveDone
+	}
 	c.cancel()
 	c.proc.Close()
 	for _, cl := range c.closers {
@@ -432,7 +505,7 @@ func (c *Cmd) Wait() error {
 		return err
 	}
 	code := exit.Code
-	out.code = code
+	out.code, out.exit = code, exit
 	if errors.Is(copyErr, agentconn.ErrGone) {
 		if err := s.check(); errors.Is(err, ErrClosed) {
 			return err
@@ -451,8 +524,12 @@ func (c *Cmd) Wait() error {
 		}
 	}
 	c.ProcessState = out
+	if s.cfg.activity {
+		c.activity = s.activityOf(c.proc.ID, c.proc.Activity(), exit, c.proc.PID, time.Now())
+	}
 	if !c.quiet {
 		c.logExec(code, out)
+		c.logDropped(c.activity)
 	}
 	if code != 0 || out.killCause != nil {
 		return &ExitError{Code: code, OOMKilled: out.oom, cause: out.killCause}
@@ -465,7 +542,8 @@ func (c *Cmd) logExec(code int, out *ProcessState) {
 		slog.String("sandbox", c.sb.id), slog.Any("args", c.Args), slog.String("user", c.User),
 		slog.String("dir", c.Dir), slog.Int("exit_code", code), slog.Duration("duration", out.duration),
 		slog.Int64("stdout_bytes", c.stdoutN.n), slog.Int64("stderr_bytes", c.stderrN.n),
-		slog.Bool("timed_out", out.TimedOut()), slog.Bool("killed", out.Killed()), slog.Bool("oom_killed", out.oom))
+		slog.Bool("timed_out", out.TimedOut()), slog.Bool("killed", out.Killed()), slog.Bool("oom_killed", out.oom),
+		slog.Bool("tty", c.TTY != nil), slog.String("id", c.ID()), slog.Bool("attached", c.attached))
 }
 
 // exit waits for the agent to report the command's exit. A command that
@@ -482,6 +560,8 @@ func (c *Cmd) exit() (wire.Exit, error) {
 		select {
 		case <-c.proc.Exited():
 			return c.proc.Exit(), nil
+		case <-c.proc.Taken():
+			return wire.Exit{}, ErrTakenOver
 		case <-s.agent.Done():
 			select {
 			case <-c.proc.Exited():
@@ -511,16 +591,11 @@ func (c *Cmd) exit() (wire.Exit, error) {
 	}
 }
 
-// oomAskTimeout bounds one question about the OOM killer (to the agent, or
-// to the engine about an ended instance): a short bound, because it is
-// asked on the way to reporting a failure that is already known.
-const oomAskTimeout = 2 * time.Second
-
 // oomKilled reports whether the OOM killer has struck since last asked, and
 // whether the container is gone (its init does not answer and the engine
 // says it stopped).
 func (s *Sandbox) oomKilled() (oom, gone bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), oomAskTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), min(oomAskTimeout, s.cfg.timeout))
 	defer cancel()
 	n, err := s.agent.OOMKills(ctx)
 	if err != nil {
@@ -546,6 +621,10 @@ type Result struct {
 	TimedOut       bool // killed by the context's deadline or Limits.ExecTimeout
 	Truncated      bool // output beyond Limits.OutputBytes was dropped
 	OOMKilled      bool // ended by the kernel's OOM killer
+	// Activity is what the command did inside (see Activity); nil when
+	// the record is off (the default for now: WithActivity) or the
+	// backend keeps none.
+	Activity *Activity
 }
 
 // Exec runs script with /bin/sh -c in the sandbox's working directory and
@@ -572,6 +651,7 @@ func (s *Sandbox) Exec(ctx context.Context, script string) (*Result, error) {
 		TimedOut:  ps.TimedOut(),
 		Truncated: stdout.truncated || stderr.truncated,
 		OOMKilled: ps.OOMKilled(),
+		Activity:  c.Activity(),
 	}
 	if errors.Is(ps.killCause, context.Canceled) {
 		return r, fmt.Errorf("sandbox: exec: %w", context.Canceled)

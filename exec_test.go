@@ -1,26 +1,26 @@
 package sandbox_test
 
+// Exec against the real engine: a kill (ExecTimeout, a context's deadline
+// or cancel) ends every process of the command and leaves the sandbox
+// usable, fork bombs included; concurrent Execs; Exec and Close. The Cmd
+// API is in cmd_test.go, output bounds in exec_output_test.go.
+
 import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // execProc is one line of `ps -o pid,ppid,stat,comm` inside a sandbox.
@@ -40,17 +40,14 @@ func (p execProc) String() string {
 // so it is run again, for up to testenv.HangGuard.
 func execCheck(t testing.TB, sb *sandbox.Sandbox, script string) *sandbox.Result {
 	t.Helper()
-	deadline := time.Now().Add(testenv.HangGuard)
-	for {
-		r := mustExec(t, sb, script)
-		if !r.TimedOut {
-			return r
+	var r *sandbox.Result
+	sandboxtest.Eventually(t, testenv.HangGuard, func() (bool, string) {
+		if r = mustExec(t, sb, script); r.TimedOut {
+			t.Logf("%q: killed by the sandbox's ExecTimeout after %v (the engine was slow to run it); again", script, r.Duration)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%q: killed by the sandbox's ExecTimeout every time for %v: %+v", script, testenv.HangGuard, r)
-		}
-		t.Logf("%q: killed by the sandbox's ExecTimeout after %v (the engine was slow to run it); again", script, r.Duration)
-	}
+		return !r.TimedOut, fmt.Sprintf("%q: killed by the sandbox's ExecTimeout every time: %+v", script, r)
+	})
+	return r
 }
 
 // execProcs lists the processes in the sandbox.
@@ -120,24 +117,20 @@ func execLeftovers(ps []execProc) []execProc {
 func execWaitClean(t testing.TB, sb *sandbox.Sandbox) {
 	t.Helper()
 	start := time.Now()
-	deadline := start.Add(testenv.HangGuard)
-	for polls := 1; ; polls++ {
-		ps := execProcs(t, sb)
+	polls := 0
+	var ps []execProc
+	sandboxtest.Eventually(t, testenv.HangGuard, func() (bool, string) {
+		polls++
+		ps = execProcs(t, sb)
 		left := execLeftovers(ps)
-		if len(left) == 0 {
-			for _, p := range ps {
-				if p.comm == "sleep" {
-					t.Fatalf("a sleep process remains: %v (all: %v)", p, ps)
-				}
-			}
-			t.Logf("no process left after the kill (seen at poll %d, %v after the kill returned)", polls, time.Since(start).Round(time.Millisecond))
-			return
+		return len(left) == 0, fmt.Sprintf("processes left after the kill: %v (all: %v)", left, ps)
+	})
+	for _, p := range ps {
+		if p.comm == "sleep" {
+			t.Fatalf("a sleep process remains: %v (all: %v)", p, ps)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes left %v after the kill: %v (all: %v)", testenv.HangGuard, left, ps)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	t.Logf("no process left after the kill (seen at poll %d, %v after the kill returned)", polls, time.Since(start).Round(time.Millisecond))
 }
 
 // execUsable checks that the sandbox still runs commands.
@@ -153,17 +146,9 @@ func execUsable(t testing.TB, sb *sandbox.Sandbox) {
 // testenv.HangGuard; the engine may take seconds to start each exec).
 func execWaitFile(t testing.TB, sb *sandbox.Sandbox, name string) {
 	t.Helper()
-	deadline := time.Now().Add(testenv.HangGuard)
-	for {
-		r := execCheck(t, sb, "test -e "+name)
-		if r.ExitCode == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not appear", name)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	sandboxtest.Eventually(t, testenv.HangGuard, func() (bool, string) {
+		return execCheck(t, sb, "test -e "+name).ExitCode == 0, name + " did not appear"
+	})
 }
 
 // startedSleeps is shell that waits until at least n sleep processes exist
@@ -171,368 +156,6 @@ func execWaitFile(t testing.TB, sb *sandbox.Sandbox, name string) {
 // processes it is about to have killed really ran.
 func startedSleeps(n int) string {
 	return fmt.Sprintf(`until [ "$(ps -o comm | grep -cx sleep)" -ge %d ]; do :; done; echo started`, n)
-}
-
-func TestCmdBasics(t *testing.T) {
-	t.Parallel()
-	sb := newSandbox(t)
-	ctx := testCtx(t)
-
-	t.Run("Output", func(t *testing.T) {
-		t.Parallel()
-		out, err := sb.Command(ctx, "echo", "hello", "world").Output()
-		if err != nil || string(out) != "hello world\n" {
-			t.Fatalf("Output = %q, %v; want %q, nil", out, err, "hello world\n")
-		}
-	})
-
-	t.Run("StdoutStderrApart", func(t *testing.T) {
-		t.Parallel()
-		var o, e bytes.Buffer
-		c := sb.Command(ctx, "sh", "-c", "printf out1; printf err1 >&2; printf out2; printf err2 >&2")
-		c.Stdout, c.Stderr = &o, &e
-		if err := c.Run(); err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-		if o.String() != "out1out2" || e.String() != "err1err2" {
-			t.Fatalf("stdout %q stderr %q; want %q %q", o.String(), e.String(), "out1out2", "err1err2")
-		}
-		r := mustExec(t, sb, "printf out1; printf err1 >&2; printf out2; printf err2 >&2; exit 4")
-		if r.Stdout != "out1out2" || r.Stderr != "err1err2" || r.ExitCode != 4 || r.TimedOut || r.Truncated || r.OOMKilled {
-			t.Fatalf("Exec = %+v", r)
-		}
-	})
-
-	t.Run("ExitCodes", func(t *testing.T) {
-		t.Parallel()
-		for _, tc := range []struct {
-			script string
-			code   int
-		}{{"exit 1", 1}, {"exit 3", 3}, {"exit 255", 255}, {"kill -9 $$", 137}, {"kill -15 $$", 143}} {
-			err := sb.Command(ctx, "sh", "-c", tc.script).Run()
-			var ee *sandbox.ExitError
-			if !errors.As(err, &ee) {
-				t.Fatalf("%s: Run = %v; want *ExitError", tc.script, err)
-			}
-			if ee.Code != tc.code || ee.OOMKilled {
-				t.Errorf("%s: Code %d OOMKilled %v; want %d false", tc.script, ee.Code, ee.OOMKilled, tc.code)
-			}
-			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-				t.Errorf("%s: plain exit matches a context error: %v", tc.script, err)
-			}
-			r := mustExec(t, sb, tc.script)
-			if r.ExitCode != tc.code || r.TimedOut || r.OOMKilled {
-				t.Errorf("Exec(%s) = %+v; want code %d", tc.script, r, tc.code)
-			}
-		}
-		if err := sb.Command(ctx, "true").Run(); err != nil {
-			t.Fatalf("true: %v", err)
-		}
-	})
-
-	t.Run("OutputFillsStderr", func(t *testing.T) {
-		t.Parallel()
-		out, err := sb.Command(ctx, "sh", "-c", "echo out; echo err >&2; exit 3").Output()
-		var ee *sandbox.ExitError
-		if !errors.As(err, &ee) {
-			t.Fatalf("Output err = %v; want *ExitError", err)
-		}
-		if string(out) != "out\n" || ee.Code != 3 || string(ee.Stderr) != "err\n" {
-			t.Fatalf("Output = %q, code %d, stderr %q", out, ee.Code, ee.Stderr)
-		}
-	})
-
-	t.Run("CombinedOutput", func(t *testing.T) {
-		t.Parallel()
-		out, err := sb.Command(ctx, "sh", "-c", "echo a; echo b >&2; echo c; exit 2").CombinedOutput()
-		var ee *sandbox.ExitError
-		if !errors.As(err, &ee) || ee.Code != 2 {
-			t.Fatalf("CombinedOutput err = %v; want exit 2", err)
-		}
-		// stdout and stderr travel as separate streams, so only the order
-		// within each stream is defined.
-		s := string(out)
-		if len(s) != 6 || strings.Count(s, "a\n") != 1 || strings.Count(s, "b\n") != 1 ||
-			strings.Count(s, "c\n") != 1 || strings.Index(s, "a\n") > strings.Index(s, "c\n") {
-			t.Fatalf("CombinedOutput = %q", out)
-		}
-	})
-
-	t.Run("NotFound", func(t *testing.T) {
-		t.Parallel()
-		out, err := sb.Command(ctx, "no-such-command-xyz", "arg").Output()
-		var ee *sandbox.ExitError
-		if !errors.As(err, &ee) || ee.Code != 127 {
-			t.Fatalf("Output = %q, %v; want *ExitError with Code 127", out, err)
-		}
-		if len(out) != 0 || !strings.Contains(string(ee.Stderr), "no-such-command-xyz") {
-			t.Fatalf("stdout %q stderr %q", out, ee.Stderr)
-		}
-		r := mustExec(t, sb, "no-such-command-xyz")
-		if r.ExitCode != 127 {
-			t.Fatalf("Exec = %+v; want exit 127", r)
-		}
-	})
-
-	t.Run("ArgsIntact", func(t *testing.T) {
-		t.Parallel()
-		args := []string{
-			"", "plain", "two words", "  lead and trail  ", "tab\there",
-			`"double"`, `'single'`, `back\slash`, `\n`, "line1\nline2\n", "\n",
-			"héllo wörld ✓ 日本語 🙂", "$HOME", "${PATH}", "`id`", "$(id)", "*", "?", "[a]",
-			"-n", "--", "a;b|c&d>e<f", "%s %d %%", "end",
-		}
-		var want strings.Builder
-		for _, a := range args {
-			want.WriteString("[" + a + "]\n")
-		}
-		out, err := sb.Command(ctx, "printf", append([]string{"[%s]\n"}, args...)...).Output()
-		if err != nil || string(out) != want.String() {
-			t.Fatalf("printf args: %q, %v\nwant %q", out, err, want.String())
-		}
-		// The same through a shell's "$@".
-		out, err = sb.Command(ctx, "sh", append([]string{"-c", `printf '[%s]\n' "$@"`, "sh"}, args...)...).Output()
-		if err != nil || string(out) != want.String() {
-			t.Fatalf(`sh "$@": %q, %v\nwant %q`, out, err, want.String())
-		}
-		// The script of Exec is passed intact too.
-		r := mustExec(t, sb, "printf '%s\\n' 'a  b' \"it's\" 'héllo ✓'")
-		if r.Stdout != "a  b\nit's\nhéllo ✓\n" {
-			t.Fatalf("Exec = %q", r.Stdout)
-		}
-	})
-
-	t.Run("Env", func(t *testing.T) {
-		t.Parallel()
-		c := sb.Command(ctx, "sh", "-c", `printf '%s|%s|%s|%s|%s' "$FOO" "${EMPTY-unset}" "$HOME" "$SPACED" "${AGENTSANDBOX_HOSTVAR-unset}"`)
-		c.Env = []string{"FOO=bar", "EMPTY=", "SPACED=a b\nc", "FOO=baz"}
-		out, err := c.Output()
-		if want := "baz||/workspace|a b\nc|unset"; err != nil || string(out) != want {
-			t.Fatalf("Output = %q, %v; want %q", out, err, want)
-		}
-		c = sb.Command(ctx, "sh", "-c", `printf %s "$HOME"`)
-		c.Env = []string{"HOME=/tmp"}
-		if out, err := c.Output(); err != nil || string(out) != "/tmp" {
-			t.Fatalf("HOME override = %q, %v", out, err)
-		}
-		// Env is per command.
-		if out, err := sb.Command(ctx, "sh", "-c", `printf %s "${FOO-unset}"`).Output(); err != nil || string(out) != "unset" {
-			t.Fatalf("FOO leaked into the next command: %q, %v", out, err)
-		}
-	})
-
-	t.Run("Dir", func(t *testing.T) {
-		t.Parallel()
-		if r := mustExec(t, sb, "mkdir -p sub/deeper && echo x > sub/deeper/f"); r.ExitCode != 0 {
-			t.Fatalf("mkdir: %+v", r)
-		}
-		for dir, want := range map[string]string{
-			"":                      "/workspace\n",
-			"sub":                   "/workspace/sub\n",
-			"sub/deeper":            "/workspace/sub/deeper\n",
-			"./sub/../sub":          "/workspace/sub\n",
-			"/tmp":                  "/tmp\n",
-			"/workspace/sub/deeper": "/workspace/sub/deeper\n",
-		} {
-			c := sb.Command(ctx, "pwd")
-			c.Dir = dir
-			out, err := c.Output()
-			if err != nil || string(out) != want {
-				t.Errorf("Dir %q: pwd = %q, %v; want %q", dir, out, err, want)
-			}
-		}
-		c := sb.Command(ctx, "cat", "f")
-		c.Dir = "sub/deeper"
-		if out, err := c.Output(); err != nil || string(out) != "x\n" {
-			t.Errorf("relative file in Dir: %q, %v", out, err)
-		}
-	})
-
-	t.Run("User", func(t *testing.T) {
-		t.Parallel()
-		for user, want := range map[string]string{
-			"1000":      "1000 1000\n",
-			"0":         "0 0\n",
-			"root":      "0 0\n",
-			"1234:4321": "1234 4321\n",
-		} {
-			c := sb.Command(ctx, "sh", "-c", `echo "$(id -u) $(id -g)"`)
-			c.User = user
-			out, err := c.Output()
-			if err != nil || string(out) != want {
-				t.Errorf("User %q: %q, %v; want %q", user, out, err, want)
-			}
-		}
-	})
-
-	t.Run("StdinRoundTrip", func(t *testing.T) {
-		t.Parallel()
-		data := make([]byte, 1<<20)
-		rand.Read(data)
-		var out bytes.Buffer
-		c := sb.Command(ctx, "cat")
-		c.Stdin = bytes.NewReader(data)
-		c.Stdout = &out
-		if err := c.Run(); err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-		if !bytes.Equal(out.Bytes(), data) {
-			t.Fatalf("cat round trip: got %d bytes, want %d identical bytes", out.Len(), len(data))
-		}
-		// Exactly OutputBytes (1 MiB by default) is not truncation.
-		c = sb.Command(ctx, "cat")
-		c.Stdin = bytes.NewReader(data)
-		got, err := c.Output()
-		if err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("Output of exactly OutputBytes: %d bytes, %v", len(got), err)
-		}
-		// No Stdin: the command reads EOF at once.
-		if out, err := sb.Command(ctx, "wc", "-c").Output(); err != nil || strings.TrimSpace(string(out)) != "0" {
-			t.Fatalf("wc -c with no stdin = %q, %v", out, err)
-		}
-	})
-
-	t.Run("BinaryOutput", func(t *testing.T) {
-		t.Parallel()
-		var want []byte
-		for i := range 256 {
-			want = append(want, byte(i))
-		}
-		want = append(want, 0xc3, 0x28, 0xff, 0xfe, 0xed, 0xa0, 0x80, 0xf0, 0x28, 0x8c, 0x28, 0x00, 0x0a, 0x0d, 0x80)
-		// Made inside the sandbox, not echoed back from our stdin.
-		h := hex.EncodeToString(want)
-		out, err := sb.Command(ctx, "sh", "-c", `printf %s "$1" | xxd -r -p`, "sh", h).Output()
-		if err != nil || !bytes.Equal(out, want) {
-			t.Fatalf("Output = %x, %v\nwant %x", out, err, want)
-		}
-		r := mustExec(t, sb, "printf %s "+h+" | xxd -r -p; printf %s "+h+" | xxd -r -p >&2")
-		if r.Stdout != string(want) || r.Stderr != string(want) || r.ExitCode != 0 {
-			t.Fatalf("Exec = %x / %x (exit %d)\nwant %x", r.Stdout, r.Stderr, r.ExitCode, want)
-		}
-	})
-
-	t.Run("Pipes", func(t *testing.T) {
-		t.Parallel()
-		c := sb.Command(ctx, "sh", "-c", "cat; echo e1 >&2; echo done")
-		stdin, err := c.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := c.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stderr, err := c.StderrPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.StdoutPipe(); err == nil {
-			t.Error("second StdoutPipe: no error")
-		}
-		if _, err := c.StdinPipe(); err == nil {
-			t.Error("second StdinPipe: no error")
-		}
-		if _, err := c.StderrPipe(); err == nil {
-			t.Error("second StderrPipe: no error")
-		}
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		var wg sync.WaitGroup
-		var outB, errB []byte
-		var outErr, errErr error
-		wg.Add(2)
-		go func() { defer wg.Done(); outB, outErr = io.ReadAll(stdout) }()
-		go func() { defer wg.Done(); errB, errErr = io.ReadAll(stderr) }()
-		if _, err := io.WriteString(stdin, "from stdin\n"); err != nil {
-			t.Fatal(err)
-		}
-		if err := stdin.Close(); err != nil {
-			t.Fatal(err)
-		}
-		// As with os/exec: read the pipes to EOF, then Wait.
-		wg.Wait()
-		if err := c.Wait(); err != nil {
-			t.Fatalf("Wait: %v", err)
-		}
-		if outErr != nil || errErr != nil || string(outB) != "from stdin\ndone\n" || string(errB) != "e1\n" {
-			t.Fatalf("stdout %q (%v) stderr %q (%v)", outB, outErr, errB, errErr)
-		}
-	})
-
-	t.Run("Streaming", func(t *testing.T) {
-		t.Parallel()
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		c := sb.Command(cctx, "sh", "-c", `echo first; read x; echo "got $x"`)
-		stdin, err := c.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := c.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		br := bufio.NewReader(stdout)
-		// The command is blocked in read until we write, so this line can
-		// only arrive if output is delivered as it is produced.
-		line, err := br.ReadString('\n')
-		if err != nil || line != "first\n" {
-			t.Fatalf("first line = %q, %v", line, err)
-		}
-		if _, err := io.WriteString(stdin, "second\n"); err != nil {
-			t.Fatal(err)
-		}
-		stdin.Close()
-		rest, err := io.ReadAll(br)
-		if err != nil || string(rest) != "got second\n" {
-			t.Fatalf("rest = %q, %v", rest, err)
-		}
-		if err := c.Wait(); err != nil {
-			t.Fatalf("Wait: %v", err)
-		}
-	})
-
-	t.Run("StartWaitMisuse", func(t *testing.T) {
-		t.Parallel()
-		c := sb.Command(ctx, "true")
-		if err := c.Wait(); err == nil {
-			t.Error("Wait before Start: no error")
-		}
-		if err := c.Start(); err != nil {
-			t.Fatalf("Start: %v", err)
-		}
-		if err := c.Start(); err == nil {
-			t.Error("second Start: no error")
-		}
-		if _, err := c.StdoutPipe(); err == nil {
-			t.Error("StdoutPipe after Start: no error")
-		}
-		if err := c.Wait(); err != nil {
-			t.Fatalf("Wait: %v", err)
-		}
-		if err := c.Wait(); err == nil {
-			t.Error("second Wait: no error")
-		}
-		if err := c.Run(); err == nil {
-			t.Error("Run of a used Cmd: no error")
-		}
-		c = sb.Command(ctx, "true")
-		c.Stdout = io.Discard
-		if _, err := c.Output(); err == nil {
-			t.Error("Output with Stdout set: no error")
-		}
-		if _, err := sb.Command(ctx, "").Output(); err == nil {
-			t.Error("empty command: no error")
-		}
-		var nilCtx context.Context
-		if err := sb.Command(nilCtx, "true").Run(); err == nil {
-			t.Error("nil context: no error")
-		}
-	})
 }
 
 // execCancelAfterStart runs script as user, waits for its "started" line,
@@ -905,272 +528,16 @@ func execPIDsSettled(t testing.TB, sb *sandbox.Sandbox) {
 done
 for f in /sys/fs/cgroup/pids/pids.current /sys/fs/cgroup/pids.current; do [ -r $f ] && { read -r c <$f; break; }; done
 echo "$n $c"`
-	deadline := time.Now().Add(testenv.HangGuard)
-	for {
+	var tasks int
+	sandboxtest.Eventually(t, testenv.HangGuard, func() (bool, string) {
 		r := execCheck(t, sb, script)
-		var procs, tasks int
+		var procs int
 		if _, err := fmt.Sscanf(r.Stdout, "%d %d", &procs, &tasks); err != nil || r.ExitCode != 0 {
 			t.Fatalf("counting processes: %+v", r)
 		}
-		if procs == tasks {
-			t.Logf("pids.current = %d = tasks of the processes in /proc", tasks)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pids.current = %d but %d tasks of the processes in /proc, %v after the kill", tasks, procs, testenv.HangGuard)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// execRecorder is a slog.Handler keeping the attributes of sandbox.exec
-// records, to read how many bytes a command wrote.
-type execRecorder struct {
-	mu   sync.Mutex
-	recs []map[string]slog.Value
-}
-
-func (h *execRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (h *execRecorder) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *execRecorder) WithGroup(string) slog.Handler            { return h }
-func (h *execRecorder) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "sandbox.exec" {
-		return nil
-	}
-	m := map[string]slog.Value{}
-	r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value; return true })
-	h.mu.Lock()
-	h.recs = append(h.recs, m)
-	h.mu.Unlock()
-	return nil
-}
-
-func (h *execRecorder) last() map[string]slog.Value {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.recs) == 0 {
-		return nil
-	}
-	return h.recs[len(h.recs)-1]
-}
-
-// vmRSS returns this process's resident set size in bytes.
-func vmRSS(t testing.TB) uint64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmRSS in /proc/self/status")
-	return 0
-}
-
-// TestExecOutputBounded runs `yes` until a deadline kills it and checks that
-// Exec keeps exactly OutputBytes while the host's memory stays flat. It is not
-// parallel so that no other test's allocations blur the measurement.
-//
-// However slowly the engine starts the command, far more than the limit
-// passes through before the kill: the command marks the point where it has
-// written `enough` bytes, and only then does the test let the deadline pass.
-func TestExecOutputBounded(t *testing.T) {
-	const limit = 64 << 10
-	const enough = 128 << 20
-	rec := &execRecorder{}
-	sb := newSandbox(t,
-		sandbox.WithLimits(sandbox.Limits{OutputBytes: limit, ExecTimeout: -1}),
-		sandbox.WithLogger(slog.New(rec)))
-
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	heap0, sys0, rss0 := ms.HeapAlloc, ms.Sys, vmRSS(t)
-	var peakHeap, peakRSS atomic.Uint64
-	peakHeap.Store(heap0)
-	peakRSS.Store(rss0)
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			var m runtime.MemStats
-			runtime.ReadMemStats(&m)
-			if m.HeapAlloc > peakHeap.Load() {
-				peakHeap.Store(m.HeapAlloc)
-			}
-			if r := vmRSS(t); r > peakRSS.Load() {
-				peakRSS.Store(r)
-			}
-		}
-	}()
-
-	ctx, expire := testenv.ManualDeadline(testCtx(t))
-	defer expire()
-	type ret struct {
-		r   *sandbox.Result
-		err error
-	}
-	done := make(chan ret, 1)
-	start := time.Now()
-	go func() {
-		// head writes `enough` bytes of yes to stdout, then the mark, then
-		// cat passes the rest of yes on until the kill.
-		r, err := sb.Exec(ctx, fmt.Sprintf("yes | { head -c %d; touch /tmp/enough; exec cat; }", enough))
-		done <- ret{r, err}
-	}()
-	execWaitFile(t, sb, "/tmp/enough")
-	expire()
-	var got ret
-	select {
-	case got = <-done:
-	case <-time.After(testenv.HangGuard):
-		t.Fatalf("hang: Exec did not return within %v of its deadline", testenv.HangGuard)
-	}
-	took := time.Since(start)
-	close(stop)
-	<-sampled
-	r, err := got.r, got.err
-	if err != nil {
-		t.Fatalf("Exec: %v", err)
-	}
-	runtime.ReadMemStats(&ms)
-	if !r.Truncated || !r.TimedOut || r.ExitCode != 137 {
-		t.Fatalf("Result: Truncated %v TimedOut %v exit %d; want true true 137", r.Truncated, r.TimedOut, r.ExitCode)
-	}
-	if len(r.Stdout) != limit || r.Stdout != strings.Repeat("y\n", limit/2) {
-		t.Fatalf("len(Stdout) = %d; want exactly %d bytes of y lines", len(r.Stdout), limit)
-	}
-	if r.Stderr != "" {
-		t.Fatalf("Stderr = %q", r.Stderr)
-	}
-	produced := int64(-1)
-	if m := rec.last(); m != nil {
-		produced = m["stdout_bytes"].Int64()
-	}
-	const mib = 1 << 20
-	heapGrowth := int64(peakHeap.Load()) - int64(heap0)
-	rssGrowth := int64(peakRSS.Load()) - int64(rss0)
-	t.Logf("yes for %v: %d MiB produced (%.0f MiB/s), kept %d bytes; host heap peak +%.1f MiB, RSS peak +%.1f MiB, Sys %d -> %d MiB",
-		took.Round(time.Millisecond), produced/mib, float64(produced)/mib/took.Seconds(), len(r.Stdout),
-		float64(heapGrowth)/mib, float64(rssGrowth)/mib, sys0/mib, ms.Sys/mib)
-	// head's writes block until the host reads, so by the mark the host had
-	// read all of `enough` but what the pipes and sockets on the way hold
-	// (far less than half).
-	if produced < enough/2 {
-		t.Fatalf("the audit log counts %d bytes of stdout; the command wrote %d before the kill", produced, enough)
-	}
-	if heapGrowth > 64*mib || rssGrowth > 64*mib {
-		t.Fatalf("host memory grew while %d MiB passed through: heap +%d MiB, RSS +%d MiB", produced/mib, heapGrowth/mib, rssGrowth/mib)
-	}
-	execUsable(t, sb)
-}
-
-// execCountWriter counts the bytes written to it.
-type execCountWriter struct{ n atomic.Int64 }
-
-func (w *execCountWriter) Write(p []byte) (int, error) { w.n.Add(int64(len(p))); return len(p), nil }
-
-// TestExecStreamThroughput streams `yes` into a counting writer for a few
-// seconds from its first byte, and reports the throughput (a figure, not a
-// claim: the machine may be busy). Not parallel, for a clean figure.
-func TestExecStreamThroughput(t *testing.T) {
-	const measure = 3 * time.Second
-	sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{ExecTimeout: -1}))
-	// The deadline passes `measure` after the first byte, however long the
-	// engine took to start the command.
-	ctx, expire := testenv.ManualDeadline(testCtx(t))
-	defer expire()
-	var w execCountWriter
-	c := sb.Command(ctx, "yes")
-	c.Stdout = &w
-	start := time.Now()
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	for w.n.Load() == 0 {
-		if time.Since(start) > testenv.HangGuard {
-			expire()
-			c.Wait()
-			t.Fatalf("hang: no output from yes within %v", testenv.HangGuard)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	first := time.Now()
-	n0 := w.n.Load()
-	time.AfterFunc(measure, expire)
-	err := c.Wait()
-	took := time.Since(first)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Run = %v; want DeadlineExceeded", err)
-	}
-	n := w.n.Load()
-	if n <= n0 {
-		t.Fatalf("streamed %d bytes in all, nothing after the first %d", n, n0)
-	}
-	t.Logf("first byte %v after Start; then streamed %d MiB in %v: %.0f MiB/s",
-		first.Sub(start).Round(time.Millisecond), n>>20, took.Round(time.Millisecond), float64(n)/(1<<20)/took.Seconds())
-}
-
-func TestExecOutputTruncated(t *testing.T) {
-	t.Parallel()
-	const limit = 1000
-	sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{OutputBytes: limit}))
-	ctx := testCtx(t)
-	want := strings.Repeat("y\n", limit/2)
-
-	out, err := sb.Command(ctx, "sh", "-c", "yes | head -c 5000").Output()
-	if !errors.Is(err, sandbox.ErrOutputTruncated) || string(out) != want {
-		t.Fatalf("Output = %d bytes, %v; want exactly %d bytes and ErrOutputTruncated", len(out), err, limit)
-	}
-	var ee *sandbox.ExitError
-	if errors.As(err, &ee) {
-		t.Fatalf("successful command reported as %v", ee)
-	}
-	out, err = sb.Command(ctx, "sh", "-c", "yes | head -c 600; yes | head -c 600 >&2").CombinedOutput()
-	if !errors.Is(err, sandbox.ErrOutputTruncated) || len(out) != limit {
-		t.Fatalf("CombinedOutput = %d bytes, %v", len(out), err)
-	}
-	// Exactly the limit is not truncation.
-	out, err = sb.Command(ctx, "sh", "-c", fmt.Sprintf("yes | head -c %d", limit)).Output()
-	if err != nil || string(out) != want {
-		t.Fatalf("Output of exactly %d bytes = %d bytes, %v", limit, len(out), err)
-	}
-	// Stderr kept by Output in the ExitError is bounded too.
-	out, err = sb.Command(ctx, "sh", "-c", "echo x; yes | head -c 5000 >&2; exit 1").Output()
-	if !errors.As(err, &ee) || ee.Code != 1 || string(ee.Stderr) != want || string(out) != "x\n" {
-		t.Fatalf("Output = %q, %v (stderr %d bytes)", out, err, len(ee.Stderr))
-	}
-	// Exec: each stream bounded, Truncated set.
-	r := mustExec(t, sb, "yes | head -c 5000; yes n | head -c 3000 >&2")
-	if !r.Truncated || r.Stdout != want || r.Stderr != strings.Repeat("n\n", limit/2) || r.ExitCode != 0 {
-		t.Fatalf("Exec: Truncated %v, %d/%d bytes, exit %d", r.Truncated, len(r.Stdout), len(r.Stderr), r.ExitCode)
-	}
-	r = mustExec(t, sb, "yes | head -c 1000; yes | head -c 1000 >&2")
-	if r.Truncated || len(r.Stdout) != limit || len(r.Stderr) != limit {
-		t.Fatalf("Exec at the limit: Truncated %v, %d/%d bytes", r.Truncated, len(r.Stdout), len(r.Stderr))
-	}
-	// A streamed writer sees everything.
-	var w execCountWriter
-	c := sb.Command(ctx, "sh", "-c", "yes | head -c 5000")
-	c.Stdout = &w
-	if err := c.Run(); err != nil || w.n.Load() != 5000 {
-		t.Fatalf("streamed %d bytes, %v; want 5000", w.n.Load(), err)
-	}
+		return procs == tasks, fmt.Sprintf("pids.current = %d but %d tasks of the processes in /proc, after the kill", tasks, procs)
+	})
+	t.Logf("pids.current = %d = tasks of the processes in /proc", tasks)
 }
 
 func TestExecConcurrent(t *testing.T) {
@@ -1253,125 +620,5 @@ func TestExecClose(t *testing.T) {
 	}
 	if err := sb.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
-	}
-}
-
-// A Cmd follows os/exec's rules: one that Sandbox.Command did not make
-// gives an error, not a panic; Wait after a failed Start returns an error
-// at once.
-func TestCmdStateMachine(t *testing.T) {
-	t.Parallel()
-	for _, c := range []*sandbox.Cmd{{}, {Args: []string{"echo", "hi"}}} {
-		if err := c.Run(); err == nil {
-			t.Errorf("Run of %+v succeeded", c.Args)
-		}
-		if _, err := c.Output(); err == nil {
-			t.Errorf("Output of %+v succeeded", c.Args)
-		}
-		if _, err := c.CombinedOutput(); err == nil {
-			t.Errorf("CombinedOutput of %+v succeeded", c.Args)
-		}
-		if err := c.Wait(); err == nil {
-			t.Errorf("Wait of %+v succeeded", c.Args)
-		}
-	}
-	sb := newSandbox(t)
-	for _, c := range []*sandbox.Cmd{
-		sb.Command(testCtx(t), ""), // refused by Start
-		func() *sandbox.Cmd { c := sb.Command(testCtx(t), "true"); c.Dir = "/nonexistent"; return c }(), // refused by the agent
-	} {
-		if err := c.Start(); err == nil {
-			t.Fatalf("Start of %q in %q succeeded", c.Args, c.Dir)
-		}
-		done := make(chan error, 1)
-		go func() { done <- c.Wait() }()
-		select {
-		case err := <-done:
-			if err == nil {
-				t.Errorf("Wait after a failed Start of %q succeeded", c.Args)
-			}
-		case <-time.After(testenv.HangGuard):
-			t.Fatalf("Wait after a failed Start of %q did not return", c.Args)
-		}
-	}
-}
-
-// Stdin written a byte at a time (many tiny frames to the agent) arrives
-// whole, and its end reaches the command.
-func TestCmdStdinSmallWrites(t *testing.T) {
-	t.Parallel()
-	sb := newSandbox(t)
-	c := sb.Command(testCtx(t), "wc", "-c")
-	w, err := c.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	c.Stdout = &out
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	for range 20000 {
-		if _, err := w.Write([]byte{'x'}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	w.Close()
-	if err := c.Wait(); err != nil || strings.TrimSpace(out.String()) != "20000" {
-		t.Errorf("wc -c of 20000 single-byte writes: %q, %v", out.String(), err)
-	}
-}
-
-// After Wait, the Cmd's ProcessState says how the command ended.
-func TestCmdProcessState(t *testing.T) {
-	t.Parallel()
-	sb := newSandbox(t)
-	c := sb.Command(testCtx(t), "sh", "-c", "exit 3")
-	if c.ProcessState != nil {
-		t.Fatal("ProcessState before Run")
-	}
-	if err := c.Run(); err == nil {
-		t.Fatal("exit 3 gave no error")
-	}
-	if ps := c.ProcessState; ps == nil || ps.ExitCode() != 3 || ps.Success() || ps.TimedOut() || ps.Killed() || ps.Duration() <= 0 {
-		t.Errorf("ProcessState after exit 3: %v", ps)
-	}
-	ctx, expire := testenv.ManualDeadline(testCtx(t))
-	c = sb.Command(ctx, "sh", "-c", "echo started; sleep 1000")
-	out, err := c.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "started\n" {
-		t.Fatalf("first line %q", line)
-	}
-	expire()
-	c.Wait()
-	if ps := c.ProcessState; ps == nil || ps.ExitCode() != 137 || !ps.TimedOut() || !ps.Killed() || ps.Success() {
-		t.Errorf("ProcessState after a deadline kill: %v", ps)
-	} else {
-		t.Logf("ProcessState: %v", ps)
-	}
-}
-
-// plainCounter is a writer that is not safe for concurrent use.
-type plainCounter struct{ n int }
-
-func (c *plainCounter) Write(p []byte) (int, error) { c.n += len(p); return len(p), nil }
-
-// Stdout and Stderr the same writer: its Write is called by one goroutine
-// at a time, as os/exec does (the race detector checks), and every byte of
-// both streams arrives.
-func TestCmdSameWriter(t *testing.T) {
-	t.Parallel()
-	sb := newSandbox(t)
-	cmd := sb.Command(context.Background(), "sh", "-c", "head -c 3000000 /dev/zero & head -c 2000000 /dev/zero >&2; wait")
-	var w plainCounter
-	cmd.Stdout, cmd.Stderr = &w, &w
-	if err := cmd.Run(); err != nil || w.n != 5000000 {
-		t.Errorf("Run: %v, %d bytes; want 5000000", err, w.n)
 	}
 }

@@ -14,3 +14,7 @@ var (
 
 // ExposeMaxConns is the cap on a sandbox's open Expose connections.
 const ExposeMaxConns = exposeMaxConns
+
+// AttachWithStdin is the hook a Terminal reattaches with: AttachCommand
+// with the command's stdin.
+var AttachWithStdin = (*Sandbox).attach

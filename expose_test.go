@@ -21,6 +21,7 @@ import (
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // holdPy accepts connections on 127.0.0.1:PORT and holds them without
@@ -129,19 +130,14 @@ func TestExposeClosedClients(t *testing.T) {
 	peak := measure(t)
 	t.Logf("800 closed clients: descriptors %d → %d, goroutines %d → %d, heap %+d KiB",
 		base.fds, peak.fds, base.goroutines, peak.goroutines, (peak.heap-base.heap)>>10)
-	deadline := time.Now().Add(testenv.HangGuard)
-	for {
-		now := measure(t)
-		if now.fds <= base.fds && now.goroutines <= base.goroutines {
-			t.Logf("back to %d descriptors, %d goroutines, heap %+d KiB", now.fds, now.goroutines, (now.heap-base.heap)>>10)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %d descriptors (baseline %d), %d goroutines (baseline %d), heap %+d KiB: the closed clients' connections are held",
-				testenv.HangGuard, now.fds, base.fds, now.goroutines, base.goroutines, (now.heap-base.heap)>>10)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var now hostFigures
+	sandboxtest.Eventually(t, testenv.HangGuard, func() (bool, string) {
+		now = measure(t)
+		return now.fds <= base.fds && now.goroutines <= base.goroutines,
+			fmt.Sprintf("%d descriptors (baseline %d), %d goroutines (baseline %d), heap %+d KiB: the closed clients' connections are held",
+				now.fds, base.fds, now.goroutines, base.goroutines, (now.heap-base.heap)>>10)
+	})
+	t.Logf("back to %d descriptors, %d goroutines, heap %+d KiB", now.fds, now.goroutines, (now.heap-base.heap)>>10)
 	// In the sandbox, the agent closed its ends (the server holds its own).
 	waitHeld(t, sb, 8000, 0)
 }
@@ -165,17 +161,10 @@ func heldIn(t *testing.T, sb *sandbox.Sandbox, port int) int {
 // waitHeld polls until the sandbox holds want connections to port.
 func waitHeld(t *testing.T, sb *sandbox.Sandbox, port, want int) {
 	t.Helper()
-	deadline := time.Now().Add(testenv.HangGuard)
-	for {
+	sandboxtest.Eventually(t, testenv.HangGuard, func() (bool, string) {
 		n := heldIn(t, sb, port)
-		if n == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the sandbox holds %d connections to port %d, want %d", n, port, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return n == want, fmt.Sprintf("the sandbox holds %d connections to port %d, want %d", n, port, want)
+	})
 }
 
 // A connection through an Expose URL on which nothing moves is closed at
@@ -305,22 +294,15 @@ func TestExposeCap(t *testing.T) {
 	}
 	// A slot freed is taken again (once the library has seen the close).
 	hs[0].c.Close()
-	deadline := time.Now().Add(testenv.HangGuard)
-	for {
+	sandboxtest.Eventually(t, testenv.HangGuard, func() (bool, string) {
 		c, err := net.Dial("tcp", addrs[1])
 		if err != nil {
 			t.Fatal(err)
 		}
 		err = ping(c, bufio.NewReader(c), "again")
 		c.Close()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no connection served after one of the held closed: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil, fmt.Sprintf("no connection served after one of the held closed: %v", err)
+	})
 }
 
 // cookiePy serves GET /login (setting an HttpOnly session cookie named

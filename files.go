@@ -586,3 +586,12 @@ func (d *openDir) ReadDir(n int) ([]fs.DirEntry, error) {
 	d.ents = d.ents[n:]
 	return ents, nil
 }
+
+// skippedNames are the names of entries an archive left out, for a log.
+func skippedNames(names [][]byte) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = string(n)
+	}
+	return out
+}

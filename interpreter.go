@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/internal/interp"
+	"github.com/agentsandbox/sandbox/internal/wire"
 )
 
 // interruptGrace is how long a run interrupted at its timeout may take to
@@ -46,6 +47,14 @@ type Interpreter struct {
 
 // Execution is what one Run of an Interpreter produced.
 type Execution struct {
+	// Activity is what the run did inside (with WithActivity(true)): the
+	// programs its code executed and the connections it attempted, from
+	// the events the agent sent between the run's start and its end (a
+	// program still running then has no End). The interpreter's own
+	// process is not in it; one record bounds all the interpreter's runs
+	// (10,000 events), and Dropped is not counted per run. nil when the
+	// record is off or the backend keeps none.
+	Activity *Activity
 	// Stdout and Stderr are the run's output, at most Limits.OutputBytes
 	// of each (Truncated tells when more was dropped).
 	Stdout, Stderr string
@@ -425,61 +434,34 @@ func (in *Interpreter) Run(ctx context.Context, code string) (_ *Execution, err 
 	return ex, err
 }
 
-// run executes one run on the live process.
+// run executes one run on the live process: it sends the run's request
+// in the process's protocol (pythonRun, shellRun) and takes the process's
+// events until the protocol says the run is done, the process ends, or
+// the run is stopped (Limits.ExecTimeout, ctx) and, at the protocol's
+// grace, killed.
 func (in *Interpreter) run(ctx context.Context, code string, internal bool) (*Execution, error) {
-	s, p := in.sb, in.proc()
+	p := in.proc()
 	start := time.Now()
-	limit := s.cfg.limits.OutputBytes
-	stdout, stderr := newCapture(limit), newCapture(limit)
-	ex := &Execution{}
-	outLimit := int64(-1)
-	if limit >= 0 {
-		outLimit = 4 * limit
-	}
-	outputs := interp.NewOutputs(outLimit)
-	var sinks [3]io.Writer
-	sinks[1], sinks[2] = io.Writer(stdout), io.Writer(stderr)
-	if !internal {
-		if in.Stdout != nil {
-			sinks[1] = io.MultiWriter(stdout, in.Stdout)
-		}
-		if in.Stderr != nil {
-			sinks[2] = io.MultiWriter(stderr, in.Stderr)
-		}
+	out := in.newRunOutput(internal)
+	acts := p.cmd.proc.ActivityLen()
+	nonce := runNonce()
+	var proto runProtocol
+	if in.python() {
+		proto = &pythonRun{p: p, out: out, nonce: nonce}
+	} else {
+		proto = newShellRun(p, out, nonce)
 	}
 
-	// The request.
-	// The run's own random ID: the driver tags its messages with it, and
-	// messages of another run (late, or forged by code writing to the
-	// driver's descriptor) are dropped.
-	var b [12]byte
-	rand.Read(b[:])
-	nonce := "as" + hex.EncodeToString(b[:])
-	var markers [3]*interp.Marker
-	var req []byte
-	if in.python() {
-		req = pythonRequest("run", nonce, code)
-	} else {
-		for i := 1; i <= 2; i++ {
-			markers[i] = interp.NewMarker(nonce, func(b []byte) { sinks[i].Write(b) })
-			if len(p.rest[i]) > 0 { // background output after the last run
-				markers[i].Write(p.rest[i])
-				p.rest[i] = nil
-			}
-		}
-		req = []byte(interp.ShellRun(code, nonce))
-	}
 	// Writing the request may block while the process runs earlier
 	// output's writers; it is bounded like the rest of the run.
 	werr := make(chan error, 1)
 	go func() {
-		_, err := p.stdin.Write(req)
+		_, err := p.stdin.Write(proto.request(code))
 		werr <- err
 	}()
 
-	timeout := s.cfg.limits.ExecTimeout
 	var deadline <-chan time.Time
-	if timeout > 0 {
+	if timeout := in.sb.cfg.limits.ExecTimeout; timeout > 0 {
 		t := time.NewTimer(timeout)
 		defer t.Stop()
 		deadline = t.C
@@ -487,86 +469,23 @@ func (in *Interpreter) run(ctx context.Context, code string, internal bool) (*Ex
 	var grace <-chan time.Time
 	var cause error // why the run was stopped
 	stop := func(why error) {
-		if cause != nil {
-			return
+		if cause == nil {
+			cause = why
+			out.ex.TimedOut = !errors.Is(why, context.Canceled)
+			grace = proto.interrupt()
 		}
-		cause = why
-		ex.TimedOut = !errors.Is(why, context.Canceled)
-		if in.python() {
-			go p.stdin.Write(pythonRequest("interrupt", nonce, "")) // fails once the process ends
-			grace = time.After(interruptGrace)
-			return
-		}
-		grace = closedTime
 	}
 	ctxDone := ctx.Done()
-	finished := false
-	for !finished {
+	for finished := false; !finished; {
 		select {
-		case err := <-werr:
-			werr = nil
-			if err != nil {
-				// The process ended; its end says more.
-				continue
-			}
+		case <-werr:
+			werr = nil // a write that failed: the process ended, and its end says more
 		case ev := <-p.events:
-			switch {
-			case ev.tooBig:
-				ex.Truncated = true
-			case ev.msg != nil && ev.msg.ID == nonce:
-				m := ev.msg
-				switch m.T {
-				case "out":
-					sinks[m.S].Write(m.B)
-				case "display":
-					outputs.Add(m.Data)
-				case "done":
-					if m.Error != nil {
-						ex.Error = &CodeError{Name: m.Error.Name, Value: m.Error.Value, Traceback: m.Error.Traceback}
-					}
-					finished = true
-				}
-			case ev.msg != nil: // another run's, or forged
-			default:
-				markers[ev.stream].Write(ev.data)
-				st1, ok1 := markers[1].Done()
-				_, ok2 := markers[2].Done()
-				if ok1 && ok2 {
-					if st1 != 0 {
-						ex.Error = &CodeError{Name: "ExitStatus", Value: strconv.Itoa(st1)}
-					}
-					p.rest[1], p.rest[2] = markers[1].Rest(), markers[2].Rest()
-					finished = true
-				}
-			}
+			finished = proto.event(ev)
 		case <-p.done:
-			// The process ended during the run.
-			for _, m := range markers[1:] {
-				if m != nil {
-					m.Flush()
-				}
-			}
-			in.setProc(nil)
-			ex.StateLost = true
-			if in.closed.Load() {
-				return nil, errInterpreterClosed
-			}
-			if p.err != nil {
-				return nil, p.err
-			}
-			if err := s.check(); err != nil {
+			proto.ended()
+			if err := in.lost(p, cause != nil, proto, out); err != nil {
 				return nil, err
-			}
-			switch {
-			case p.state.OOMKilled():
-				ex.Error = &CodeError{Name: "MemoryError", Value: "the interpreter was killed by the out-of-memory killer (Limits.Memory); its state is lost"}
-			case cause != nil:
-				ex.Error = &CodeError{Name: "TimeoutError", Value: "the run did not stop when interrupted and was killed with every process it started; the interpreter's state is lost"}
-			default:
-				ex.Error = &CodeError{Name: "InterpreterExited", Value: fmt.Sprintf("the interpreter exited with status %d; its state is lost", p.state.ExitCode())}
-				if !in.python() {
-					ex.Error = &CodeError{Name: "ExitStatus", Value: strconv.Itoa(p.state.ExitCode())}
-				}
 			}
 			finished = true
 		case <-deadline:
@@ -580,19 +499,207 @@ func (in *Interpreter) run(ctx context.Context, code string, internal bool) (*Ex
 			p.stop() // p.done follows
 		}
 	}
-	ex.Stdout, ex.Stderr = stdout.String(), stderr.String()
-	for _, o := range outputs.List {
-		ex.Outputs = append(ex.Outputs, Output(o))
-	}
-	ex.Truncated = ex.Truncated || outputs.Truncated || stdout.truncated || stderr.truncated
-	ex.Duration = time.Since(start)
-	if ex.TimedOut && ex.Error == nil {
-		ex.Error = &CodeError{Name: "TimeoutError", Value: "the run was stopped at its timeout"}
+	ex := out.finish(start)
+	if s := in.sb; s.cfg.activity && !s.noActs {
+		ex.Activity = s.activityOf(p.cmd.proc.ID, p.cmd.proc.ActivityFrom(acts), wire.Exit{}, 0, time.Now())
 	}
 	if errors.Is(cause, context.Canceled) {
 		return ex, fmt.Errorf("sandbox: interpreter run: %w", context.Canceled)
 	}
 	return ex, nil
+}
+
+// lost handles the end of the process during a run: the interpreter's
+// state is lost, and the run's error says why — the OOM killer, a kill
+// after the run did not stop (stopped), or the process's own exit. It
+// returns an error instead when the end is the interpreter's or the
+// sandbox's.
+func (in *Interpreter) lost(p *interpProc, stopped bool, proto runProtocol, out *runOutput) error {
+	in.setProc(nil)
+	out.ex.StateLost = true
+	if in.closed.Load() {
+		return errInterpreterClosed
+	}
+	if p.err != nil {
+		return p.err
+	}
+	if err := in.sb.check(); err != nil {
+		return err
+	}
+	switch {
+	case p.state.OOMKilled():
+		out.ex.Error = &CodeError{Name: "MemoryError", Value: "the interpreter was killed by the out-of-memory killer (Limits.Memory); its state is lost"}
+	case stopped:
+		out.ex.Error = &CodeError{Name: "TimeoutError", Value: "the run did not stop when interrupted and was killed with every process it started; the interpreter's state is lost"}
+	default:
+		out.ex.Error = proto.exited(p.state)
+	}
+	return nil
+}
+
+// runNonce is a run's own random ID: the process tags the run's messages
+// (Python) or its end marker (shells) with it, and messages of another
+// run (late, or forged by code writing to the driver's descriptor) are
+// dropped.
+func runNonce() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return "as" + hex.EncodeToString(b[:])
+}
+
+// runOutput gathers what one run produced.
+type runOutput struct {
+	ex             Execution
+	stdout, stderr *capture     // at most Limits.OutputBytes each
+	sinks          [3]io.Writer // by stream number: 1 stdout, 2 stderr (the captures, and the Interpreter's writers)
+	outputs        *interp.Outputs
+}
+
+// newRunOutput makes a run's output; an internal run (the readiness
+// probe) is not copied to the Interpreter's writers.
+func (in *Interpreter) newRunOutput(internal bool) *runOutput {
+	limit := in.sb.cfg.limits.OutputBytes
+	o := &runOutput{stdout: newCapture(limit), stderr: newCapture(limit)}
+	outLimit := int64(-1)
+	if limit >= 0 {
+		outLimit = 4 * limit
+	}
+	o.outputs = interp.NewOutputs(outLimit)
+	o.sinks[1], o.sinks[2] = o.stdout, o.stderr
+	if !internal {
+		if in.Stdout != nil {
+			o.sinks[1] = io.MultiWriter(o.stdout, in.Stdout)
+		}
+		if in.Stderr != nil {
+			o.sinks[2] = io.MultiWriter(o.stderr, in.Stderr)
+		}
+	}
+	return o
+}
+
+// finish returns the run's Execution, started at start.
+func (o *runOutput) finish(start time.Time) *Execution {
+	ex := &o.ex
+	ex.Stdout, ex.Stderr = o.stdout.String(), o.stderr.String()
+	for _, out := range o.outputs.List {
+		ex.Outputs = append(ex.Outputs, Output(out))
+	}
+	ex.Truncated = ex.Truncated || o.outputs.Truncated || o.stdout.truncated || o.stderr.truncated
+	ex.Duration = time.Since(start)
+	if ex.TimedOut && ex.Error == nil {
+		ex.Error = &CodeError{Name: "TimeoutError", Value: "the run was stopped at its timeout"}
+	}
+	return ex
+}
+
+// runProtocol is one run as an interpreter process's protocol carries
+// it: Python's driver speaks in messages, a shell in its output streams.
+type runProtocol interface {
+	// request is what the process reads to run code.
+	request(code string) []byte
+	// event takes one of the process's events and says whether the run
+	// is done.
+	event(ev interpEvent) (done bool)
+	// interrupt asks the process to stop the run, and returns when to
+	// kill it if the run has not ended by then.
+	interrupt() <-chan time.Time
+	// ended takes the end of the process during the run.
+	ended()
+	// exited is the run's error when the process exited by itself.
+	exited(ps *ProcessState) *CodeError
+}
+
+// pythonRun is a run of the Python driver: a JSON request; the driver's
+// messages tagged with the run's nonce carry its output, displays and
+// end; an interrupt raises KeyboardInterrupt, the state kept.
+type pythonRun struct {
+	p     *interpProc
+	out   *runOutput
+	nonce string
+}
+
+func (r *pythonRun) request(code string) []byte { return pythonRequest("run", r.nonce, code) }
+
+func (r *pythonRun) event(ev interpEvent) bool {
+	switch {
+	case ev.tooBig:
+		r.out.ex.Truncated = true
+	case ev.msg == nil || ev.msg.ID != r.nonce: // another run's, or forged
+	case ev.msg.T == "out":
+		r.out.sinks[ev.msg.S].Write(ev.msg.B)
+	case ev.msg.T == "display":
+		r.out.outputs.Add(ev.msg.Data)
+	case ev.msg.T == "done":
+		if e := ev.msg.Error; e != nil {
+			r.out.ex.Error = &CodeError{Name: e.Name, Value: e.Value, Traceback: e.Traceback}
+		}
+		return true
+	}
+	return false
+}
+
+func (r *pythonRun) interrupt() <-chan time.Time {
+	go r.p.stdin.Write(pythonRequest("interrupt", r.nonce, "")) // fails once the process ends
+	return time.After(interruptGrace)
+}
+
+func (r *pythonRun) ended() {}
+
+func (r *pythonRun) exited(ps *ProcessState) *CodeError {
+	return &CodeError{Name: "InterpreterExited", Value: fmt.Sprintf("the interpreter exited with status %d; its state is lost", ps.ExitCode())}
+}
+
+// shellRun is a run of a shell: the code is eval'ed, and the run's end is
+// a marker with its exit status on each output stream; what follows the
+// markers (background output) is kept for the next run. A stopped run is
+// killed at once.
+type shellRun struct {
+	p       *interpProc
+	out     *runOutput
+	nonce   string
+	markers [3]*interp.Marker // by stream number
+}
+
+func newShellRun(p *interpProc, out *runOutput, nonce string) *shellRun {
+	r := &shellRun{p: p, out: out, nonce: nonce}
+	for i := 1; i <= 2; i++ {
+		r.markers[i] = interp.NewMarker(nonce, func(b []byte) { out.sinks[i].Write(b) })
+		if len(p.rest[i]) > 0 { // background output after the last run
+			r.markers[i].Write(p.rest[i])
+			p.rest[i] = nil
+		}
+	}
+	return r
+}
+
+func (r *shellRun) request(code string) []byte { return []byte(interp.ShellRun(code, r.nonce)) }
+
+func (r *shellRun) event(ev interpEvent) bool {
+	if ev.stream != 1 && ev.stream != 2 {
+		return false
+	}
+	r.markers[ev.stream].Write(ev.data)
+	status, ok1 := r.markers[1].Done()
+	_, ok2 := r.markers[2].Done()
+	if !ok1 || !ok2 {
+		return false
+	}
+	if status != 0 {
+		r.out.ex.Error = &CodeError{Name: "ExitStatus", Value: strconv.Itoa(status)}
+	}
+	r.p.rest[1], r.p.rest[2] = r.markers[1].Rest(), r.markers[2].Rest()
+	return true
+}
+
+func (r *shellRun) interrupt() <-chan time.Time { return closedTime }
+
+func (r *shellRun) ended() {
+	r.markers[1].Flush()
+	r.markers[2].Flush()
+}
+
+func (r *shellRun) exited(ps *ProcessState) *CodeError {
+	return &CodeError{Name: "ExitStatus", Value: strconv.Itoa(ps.ExitCode())}
 }
 
 // closedTime is a channel that is always ready.

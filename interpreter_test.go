@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 )
 
 // newInterp starts an interpreter closed at the end of the test.
@@ -370,12 +371,23 @@ while True:
 	t.Run("close", func(t *testing.T) {
 		in := newInterp(t, sb, "python")
 		run(t, in, "import subprocess\np = subprocess.Popen(['sleep', '999'])")
+		// Close comes once the run has started: it printed. (A line longer
+		// than the 32 bytes the driver holds back while it looks for the
+		// end-of-cell token, so that some of it is forwarded at once.)
+		started := make(chan struct{})
+		in.Stdout = &firstWrite{c: started}
 		done := make(chan error, 1)
 		go func() {
-			_, err := in.Run(testCtx(t), "import time\ntime.sleep(60)")
+			_, err := in.Run(testCtx(t), "print('started ' * 16, flush=True)\nimport time\ntime.sleep(60)")
 			done <- err
 		}()
-		time.Sleep(100 * time.Millisecond) // let the run start; either order is checked below
+		select {
+		case <-started:
+		case err := <-done:
+			t.Fatalf("the run ended before Close: %v", err)
+		case <-time.After(testenv.HangGuard):
+			t.Fatalf("the run printed nothing within %v", testenv.HangGuard)
+		}
 		if err := in.Close(); err != nil {
 			t.Fatal(err)
 		}

@@ -14,87 +14,84 @@ import (
 // DefaultLimits); a negative field removes that limit, except TmpSize
 // (RAM: a negative value is refused).
 //
-// How each limit is enforced:
+// What each limit promises holds on every backend; how the backend puts it
+// in force (cgroups, resource limits, what the working directory is) is
+// in its package's doc: docker (Docker and Podman), kubernetes. The
+// sandbox's agent checks from inside, as it starts, that CPUs, Memory,
+// PIDs, FileSize and OpenFiles are in force, and New fails with an error
+// wrapping ErrLimitsUnsupported where one is missing or looser than asked.
 //
-//   - CPUs: the container's CPU quota (CFS); the sandbox gets at most that
-//     many cores' worth of time.
-//   - Memory: the container's memory cgroup, swap disabled. When the sandbox
-//     exceeds it the kernel's OOM killer ends a process inside, and Exec
-//     reports OOMKilled. Files in /tmp (a tmpfs) count towards it.
-//     Commands start with oom_score_adj 1000 and the library's agent stays
-//     below them, so the OOM killer takes a command, not the agent, even
-//     when the memory is held by files no process owns; only a command
-//     that lowers its own oom_score_adj on purpose (to the agent's floor)
-//     competes with the agent by size. A sandbox that dies of memory all
-//     the same is reported as ErrSandboxGone saying so (OOMKilled). System
-//     V shared memory is bounded by TmpSize in all and destroyed when no
-//     process has it attached; System V message queues hold at most 1 MiB.
-//     The kernel buffers of the sandbox's own TCP sockets (pairs on its
-//     loopback need no network) count towards Memory on cgroup v2. On
-//     cgroup v1 they count towards no memory limit, so the Docker and
-//     Podman backends bound them apart, at a quarter of Memory (at least
-//     16 MiB; memory.kmem.tcp, written by the library itself where it is
-//     root on the engine's host, since runc ignores the engine's
-//     setting); past it the sandbox's sockets stall, the agent does not.
-//     Kubernetes offers no such setting: on a cgroup v1 node they are
-//     unbounded, on v2 they count towards the pod's memory limit.
-//   - PIDs: the container's pids cgroup; a fork bomb stops at this many
-//     processes and threads. The library's agent inside counts too: about a
-//     dozen threads, started before any command runs, so that it can still
-//     kill commands when the limit is reached (the minimum is 16).
-//   - Disk: the working directory is a filesystem of this size; writing
-//     past it fails with ENOSPC inside the sandbox. Where the library can
-//     (it runs as root, with e2fsprogs, on the engine's host) it is an ext4
-//     image on a loop device, mounted as a Docker volume: files are on
-//     disk. Elsewhere (a docker-group user, a remote engine) it is a tmpfs
-//     volume of this size, mounted by the engine: the same bound, but the
-//     files live in RAM and count towards Memory, so it must fit there:
-//     beside /tmp and /dev/shm it may take what Memory leaves after a
-//     reserve for processes (a quarter, at least 32 MiB), each tmpfs
-//     counted at its size and an eighth for its inodes (see Files, below).
-//     The default Disk
-//     is sized down to fit (213 MiB of the default 512 MiB Memory; a
+//   - CPUs: the sandbox gets at most that many cores' worth of time.
+//   - Memory: all the sandbox's processes together, without swap; files
+//     in /tmp and /dev/shm (and a working directory kept in memory) count
+//     towards it. When the sandbox exceeds it the kernel's OOM killer
+//     ends a process inside, and Exec reports OOMKilled. Commands start
+//     with oom_score_adj 1000 and the library's agent stays below them,
+//     so the OOM killer takes a command, not the agent, even when the
+//     memory is held by files no process owns; only a command that lowers
+//     its own oom_score_adj on purpose (to the agent's floor) competes
+//     with the agent by size (and for the moment the agent takes to start
+//     a command, the agent holds the command's value). A sandbox that dies of memory all the same
+//     is reported as ErrSandboxGone saying so (OOMKilled). System V shared
+//     memory is bounded by TmpSize in all and destroyed when no process
+//     has it attached; System V message queues hold at most 1 MiB. The
+//     kernel buffers of the sandbox's own TCP sockets (pairs on its
+//     loopback need no network) count towards Memory, or are bounded
+//     apart, as each backend's doc says.
+//   - PIDs: a fork bomb stops at this many processes and threads (which
+//     ones count, the sandbox's or its user's, is the backend's: see its
+//     doc). The library's agent inside counts too: about a dozen threads,
+//     started before any command runs, so that it can still kill commands
+//     when the limit is reached (the minimum is 16).
+//   - Disk: the working directory is a file system of this size; writing
+//     past it fails with ENOSPC inside the sandbox. Its files are on a
+//     disk of their own, or in memory, as the backend can (driver.Caps
+//     says which; the audit record sandbox.create names it: "disk":
+//     "ext4" or "tmpfs"). In memory (a tmpfs) they count towards Memory,
+//     so the working directory must fit there: beside /tmp and /dev/shm
+//     it may take what Memory leaves after a reserve for processes (a
+//     quarter, at least 32 MiB), each tmpfs counted at its size and an
+//     eighth for its inodes (see Files, below). The default Disk is sized
+//     down to fit (213 MiB of the default 512 MiB Memory; a
 //     sandbox.limits record says so); where Memory is too small even for
 //     the default TmpSize, the default Disk and TmpSize share what the
 //     reserve leaves 2:1:1 (43 MiB and 21 MiB each in 128 MiB). An
 //     explicit Disk or TmpSize that does not fit is refused by New,
-//     naming the Memory it needs. The audit record
-//     sandbox.create says which ("disk": "ext4" or "tmpfs"). The root
-//     filesystem is read-only; the only writable places are the working
-//     directory (which is also HOME), /tmp and /dev/shm (RAM-backed tmpfs
-//     of TmpSize each, counted towards Memory) and POSIX message queues
-//     (at most 800 KiB in all by RLIMIT_MSGQUEUE, also counted towards
-//     Memory). That holds for commands run as root (WithUser("0")) too,
-//     which hold no capabilities: /dev is taken from root by the agent at
-//     start, and /etc/hosts, /etc/hostname and /etc/resolv.conf are
-//     read-only (Docker, Podman: with the read-only root file system);
-//     root cannot write the working directory, which is the sandbox
+//     naming the Memory it needs and why the backend keeps the files in
+//     memory. With Disk < 0 the working directory is an unsized tmpfs:
+//     Memory is then the only bound on its files. The root filesystem is
+//     read-only; the only writable places are the working directory
+//     (which is also HOME), /tmp and /dev/shm (RAM-backed tmpfs of
+//     TmpSize each, counted towards Memory) and POSIX message queues (at
+//     most 800 KiB in all by RLIMIT_MSGQUEUE, also counted towards
+//     Memory). That holds for commands run as root
+//     (WithUser("0")) too, which hold no capabilities: the agent takes
+//     every other writable mount (/dev among them) from root at start,
+//     and root cannot write the working directory, which is the sandbox
 //     user's. The conformance suite checks it from inside for both users
 //     (sandboxtest.WritablePlaces).
-//     With Disk < 0 the working directory is an unsized tmpfs volume:
-//     Memory is then the only bound on its files.
 //   - Files: each tmpfs (/tmp, /dev/shm, a working directory in memory)
 //     holds at most one file, directory or link per 8 KiB of its size
 //     (nr_inodes; 8,192 in the default 64 MiB /tmp, as many in /dev/shm;
-//     at least 64); creating one more fails with ENOSPC. An inode costs
-//     about 1 KiB of Memory that the tmpfs's size does not count, so
-//     without this bound empty files could fill Memory (half a million
-//     in 512 MiB) and leave commands nothing to run in. An ext4 working
-//     directory has the inodes mkfs.ext4 gives it, on its disk. Podman
-//     (4.3) refuses the inode bound: there Memory is the only one.
+//     at least 64), where the backend can set it; creating one more fails
+//     with ENOSPC. An inode costs about 1 KiB of Memory that the tmpfs's
+//     size does not count, so without this bound empty files could fill
+//     Memory (half a million in 512 MiB) and leave commands nothing to run
+//     in; where the backend cannot set it (see its doc), Memory is the
+//     only bound.
 //   - FileSize: RLIMIT_FSIZE; writing past it fails with EFBIG.
-//   - OpenFiles: RLIMIT_NOFILE. One above the engine's own hard limit
-//     (Docker's and Podman's: the daemon's; raising it needs a privilege
-//     the runtime does not have) is refused: New fails with an error
+//   - OpenFiles: RLIMIT_NOFILE. One above what the backend can grant (its
+//     engine's own hard limit) is refused: New fails with an error
 //     wrapping ErrLimitsUnsupported that names Limits.OpenFiles and its
 //     value, and leaves nothing behind. The same holds for FileSize.
 //   - ExecTimeout: each command started by Cmd or Exec is killed, with every
 //     process it started, once it has run this long.
 //   - OutputBytes: Exec, Output and CombinedOutput keep at most this many
 //     bytes of each stream; streamed writers see everything.
-//   - Lifetime: the container ends itself after this long, and is removed by
-//     the engine, even if the process that made it has died. (It also ends
-//     as soon as that process dies or closes the sandbox.)
+//   - Lifetime: the sandbox ends itself after this long (its agent ends
+//     it), and its backend removes it, even if the process that made it
+//     has died. (It also ends as soon as that process dies or closes the
+//     sandbox.)
 type Limits struct {
 	CPUs        float64       // default 1
 	Memory      int64         // bytes, no swap; default 512 MiB
@@ -145,8 +142,8 @@ func tmpfsDisk(l Limits, diskSet, tmpSet bool) (Limits, error) {
 	need := l.Disk + 2*l.TmpSize
 	need += need / 8            // their inodes
 	need += max(need/3, 32<<20) // so that the reserve (a quarter of Memory) is left
-	return l, fmt.Errorf("sandbox: Limits.Disk of %s does not fit in Limits.Memory of %s: the working directory is a tmpfs here "+
-		"(no loop devices: not root on the engine's host, or a remote engine), whose files are RAM counted towards Memory, "+
+	return l, fmt.Errorf("sandbox: Limits.Disk of %s does not fit in Limits.Memory of %s: the working directory is a tmpfs on this backend, "+
+		"whose files are RAM counted towards Memory, "+
 		"beside /tmp and /dev/shm (Limits.TmpSize, %s each) and %s kept for processes; "+
 		"lower Disk to at most %s (or TmpSize), or raise Memory to at least %s",
 		mib(l.Disk), mib(l.Memory), mib(l.TmpSize), mib(tmpfsReserve(l.Memory)), mib(max(room, 0)), mib(need))
@@ -244,6 +241,6 @@ func checkSeen(l Limits, seen wire.Seen) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: the sandbox asked for %s, and its engine did not apply them (rootless Podman on cgroup v1 applies no cgroup or resource limits); remove them (a negative value) to run without",
+	return fmt.Errorf("%w: the sandbox asked for %s, and its backend did not put them in force (rootless Podman on cgroup v1, for one, applies none); remove them (a negative value) to run without",
 		ErrLimitsUnsupported, strings.Join(missing, ", "))
 }

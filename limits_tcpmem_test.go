@@ -12,10 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // floodPy pairs argv[1] TCP sockets on the sandbox's own loopback and
@@ -87,9 +87,7 @@ func TestLimitsTCPMemory(t *testing.T) {
 	if _, err := os.Stat("/sys/fs/cgroup/memory/memory.kmem.tcp.limit_in_bytes"); err != nil {
 		t.Skip("no cgroup v1 memory controller with kmem.tcp: on cgroup v2 socket memory is charged to Memory")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("the library bounds TCP memory only as root on the engine's host")
-	}
+	testenv.Requires(t, testenv.Root) // the library bounds TCP memory only as root on the engine's host
 	const (
 		pairs = 96
 		bound = 512 << 20 / 4 // the default Memory's quarter
@@ -167,19 +165,14 @@ func TestLimitsTCPMemory(t *testing.T) {
 	if err := sb.Close(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(testenv.HangGuard)
-	for {
-		after, err := testenv.TCPMemPages()
-		if err != nil {
+	var after int64
+	sandboxtest.Eventually(t, testenv.HangGuard, func() (bool, string) {
+		var err error
+		if after, err = testenv.TCPMemPages(); err != nil {
 			t.Fatal(err)
 		}
-		if (after-before)*int64(os.Getpagesize()) <= slack {
-			t.Logf("after Close: host TCP memory %d pages", after)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%v after Close the host's TCP memory is %d pages, %d before the flood", testenv.HangGuard, after, before)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return (after-before)*int64(os.Getpagesize()) <= slack,
+			fmt.Sprintf("after Close the host's TCP memory is %d pages, %d before the flood", after, before)
+	})
+	t.Logf("after Close: host TCP memory %d pages", after)
 }

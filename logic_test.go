@@ -435,3 +435,58 @@ func TestUnitPoolSettings(t *testing.T) {
 		}
 	}
 }
+
+// The activity record joins the egress proxy's decisions to the connects
+// to the proxy they came on: by process, connection by connection, each
+// connect replaced by the decisions on its connection (several on a
+// kept-alive one); a connect with no decision stays as the monitor saw
+// it; decisions whose connect the record dropped are counted dropped;
+// another command's decisions stay for it.
+func TestUnitActivityProxyJoin(t *testing.T) {
+	s := &Sandbox{proxy: &proxy{relayPort: 30000}}
+	c1, c2, c3 := &net.TCPConn{}, &net.TCPConn{}, &net.TCPConn{}
+	decide := func(cmd string, pid int, conn net.Conn, host string, allowed bool) {
+		s.proxied.add(cmd, proxiedDecision{pid: pid, conn: conn, c: Connection{Host: host, Port: 443, Allowed: allowed, Via: "proxy", PID: pid}})
+	}
+	decide("a", 10, c1, "one.test", true)
+	decide("b", 10, c3, "other.test", true) // another command's
+	decide("a", 11, c2, "two.test", false)
+	decide("a", 10, c1, "one-again.test", true) // the same connection, kept alive
+	decide("a", 12, &net.TCPConn{}, "lost.test", true)
+	relay := func(pid int) wire.Act { return wire.Act{Kind: "connect", PID: pid, Addr: "127.0.0.1", Port: 30000} }
+	acts := []wire.Act{
+		relay(11),
+		{Kind: "connect", PID: 10, Addr: "127.0.0.1", Port: 8080}, // direct, loopback
+		relay(10),
+		relay(10), // a second connection of 10's: no decision on it
+	}
+	a := s.activityOf("a", acts, wire.Exit{Dropped: 1}, 0, time.Now())
+	var got []string
+	for _, c := range a.Connections {
+		got = append(got, fmt.Sprintf("%d %s:%d %v %s", c.PID, c.Host, c.Port, c.Allowed, c.Via))
+	}
+	want := []string{
+		"11 two.test:443 false proxy", "10 127.0.0.1:8080 true direct",
+		"10 one.test:443 true proxy", "10 one-again.test:443 true proxy",
+		"10 127.0.0.1:30000 true proxy",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("connections:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if a.Dropped != 2 { // the agent's 1 and lost.test's decision
+		t.Errorf("Dropped = %d, want 2", a.Dropped)
+	}
+	if b := s.proxied.take("b"); b.left() != 1 {
+		t.Errorf("command b's decisions: %d left, want 1", b.left())
+	}
+	if again := s.activityOf("a", nil, wire.Exit{}, 0, time.Now()); again.Dropped != 0 || len(again.Connections) != 0 {
+		t.Errorf("decisions taken twice: %+v", again)
+	}
+	// At most maxProxiedCmds commands are held: the oldest goes first.
+	for i := range maxProxiedCmds + 1 {
+		decide(fmt.Sprint("cmd", i), 1, c1, "x.test", true)
+	}
+	if first, last := s.proxied.take("cmd0").left(), s.proxied.take(fmt.Sprint("cmd", maxProxiedCmds)).left(); first != 0 || last != 1 {
+		t.Errorf("over the bound: the oldest command holds %d decisions (want 0), the newest %d (want 1)", first, last)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
-	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,7 +25,7 @@ import (
 )
 
 // NetworkPolicy says what a sandbox may reach. The zero policy is no network
-// at all: the container has only a loopback interface.
+// at all: the sandbox has only a loopback interface.
 //
 // With Allow set (even to an empty list, as AllowHosts() returns), the
 // sandbox still has no network interface but loopback. The only way out is
@@ -34,10 +34,10 @@ import (
 // sandbox's code runs) and carries each connection to it over the agent's
 // own stream to the proxy; HTTP_PROXY, HTTPS_PROXY and NO_PROXY (and their
 // lower-case forms) point at it. So no host service, other sandbox or
-// address is reachable except through the proxy, and nothing on the
-// engine's host is changed: no network, no firewall rule, no root — it
-// works the same for a docker-group user, a remote engine and any runtime
-// (gVisor's runsc included). The proxy resolves names itself and connects
+// address is reachable except through the proxy, and nothing outside this
+// process is changed: no network, no firewall rule, no privilege — it
+// works the same on every backend, for any user of the engine and any
+// runtime (gVisor's runsc included). The proxy resolves names itself and connects
 // only to the addresses it checked, refusing loopback, private, link-local
 // (cloud metadata), other special-purpose ranges and the host's own
 // addresses unless a CIDR in Allow names that range itself (see Allow):
@@ -45,10 +45,13 @@ import (
 // goes nowhere: only the proxy resolves names. Programs that ignore the
 // proxy variables cannot connect anywhere.
 //
-// Open is the one policy that needs the engine's host: it gives the sandbox
-// a bridge network of its own with host firewall rules (iptables) that keep
-// host services out of reach, so it needs root on that host and a runc
-// runtime; elsewhere New fails with ErrNetworkUnsupported.
+// Open is the one policy the backend puts in force: full egress, as an
+// explicit opt-in. What else an open sandbox reaches, and what the backend
+// needs for it, is in the backend's package doc (docker: a bridge of its
+// own whose firewall rules keep the host's services and other sandboxes
+// out, which needs root on the engine's host; kubernetes: the pod's
+// network as the cluster shapes it). Where the backend cannot give it,
+// New fails with ErrNetworkUnsupported.
 type NetworkPolicy struct {
 	// Allow lists what may be reached through the proxy:
 	//   "files.example.org"      that host, ports 80 and 443
@@ -70,8 +73,8 @@ type NetworkPolicy struct {
 	// exactly that address ("172.17.0.1"). A name rule never opens such an
 	// address: a name that resolves to one needs an address rule too.
 	Allow []string
-	// Open gives full egress (a NAT'ed bridge of its own, host services still
-	// firewalled off). It is an explicit opt-in and excludes Allow.
+	// Open gives full egress, put in force by the backend (see above).
+	// It is an explicit opt-in and excludes Allow.
 	Open bool
 	// Credentials are added by the proxy to requests for their hosts. For
 	// HTTPS the proxy terminates TLS with a per-sandbox CA that the sandbox
@@ -120,54 +123,162 @@ func (p NetworkPolicy) none() bool {
 	return p.Allow == nil && !p.Open && len(p.Credentials) == 0
 }
 
-// WithNetwork sets the sandbox's network policy (default: none).
-func WithNetwork(p NetworkPolicy) Option {
-	return func(c *config) error {
-		if p.Open && len(p.Allow) > 0 {
-			return errors.New("sandbox: WithNetwork: Open and Allow exclude each other")
-		}
-		if p.Open && len(p.Credentials) > 0 {
-			return errors.New("sandbox: WithNetwork: Credentials need an allow-list, not Open")
-		}
-		rules, err := egress.ParseRules(p.Allow)
-		if err != nil {
-			return fmt.Errorf("sandbox: WithNetwork: %w", err)
-		}
-		pol := egress.Policy{Rules: rules}
-		for _, cr := range p.Credentials {
-			h := strings.ToLower(cr.Host)
-			switch {
-			case cr.Header == "" || strings.ContainsAny(cr.Header, " :\r\n") || strings.ContainsAny(cr.Value, "\r\n"):
-				return fmt.Errorf("sandbox: WithNetwork: credential for %q: bad header name or value", cr.Host)
-			case !pol.AllowHost(h):
-				return fmt.Errorf("sandbox: WithNetwork: credential host %q is not allowed by the policy", cr.Host)
-			}
-		}
-		if p.Allow == nil && !p.Open && len(p.Credentials) > 0 {
-			return errors.New("sandbox: WithNetwork: Credentials need an allow-list")
-		}
-		if p.Allow != nil { // an empty list (AllowHosts()) must stay non-nil
-			p.Allow = append([]string{}, p.Allow...)
-		}
-		if !p.Open && p.Allow == nil && len(p.Credentials) == 0 {
-			p = NetworkPolicy{}
-		}
-		c.network, c.rules = p, rules
-		return nil
+// parse checks the policy and parses its Allow rules, once: the proxy
+// decides by them. It returns the policy as a sandbox keeps it: the zero
+// policy for one that allows nothing at all, the caller's slices copied.
+func (p NetworkPolicy) parse() (NetworkPolicy, netRules, error) {
+	if p.Open && len(p.Allow) > 0 {
+		return p, nil, errors.New("sandbox: WithNetwork: Open and Allow exclude each other")
 	}
+	if len(p.Credentials) > 0 && p.Open {
+		return p, nil, errors.New("sandbox: WithNetwork: Credentials need an allow-list, not Open")
+	}
+	if len(p.Credentials) > 0 && p.Allow == nil {
+		return p, nil, errors.New("sandbox: WithNetwork: Credentials need an allow-list")
+	}
+	// The one parse of the rules: the proxy decides by these.
+	rules, err := egress.ParseRules(p.Allow)
+	if err != nil {
+		return p, nil, fmt.Errorf("sandbox: WithNetwork: %w", err)
+	}
+	pol := egress.Policy{Rules: rules}
+	for _, cr := range p.Credentials {
+		switch {
+		case cr.Header == "" || strings.ContainsAny(cr.Header, " :\r\n") || strings.ContainsAny(cr.Value, "\r\n"):
+			return p, nil, fmt.Errorf("sandbox: WithNetwork: credential for %q: bad header name or value", cr.Host)
+		case !pol.AllowHost(strings.ToLower(cr.Host)):
+			return p, nil, fmt.Errorf("sandbox: WithNetwork: credential host %q is not allowed by the policy", cr.Host)
+		}
+	}
+	if p.none() {
+		p = NetworkPolicy{} // an empty Credentials slice is no policy either
+	}
+	// The caller's slices are copied; an empty Allow (AllowHosts())
+	// stays non-nil.
+	if p.Allow != nil {
+		p.Allow = append([]string{}, p.Allow...)
+	}
+	p.Credentials = slices.Clone(p.Credentials)
+	return p, rules, nil
 }
 
 // netRules are the parsed NetworkPolicy.Allow patterns.
 type netRules = []egress.Rule
 
-// netState is what a sandbox's network policy made.
-type netState struct {
-	// The egress proxy, reached through the agent's relay port.
-	relayPort int
-	proxy     *egress.Proxy
-	proxyL    net.Listener
-	proxyErr  chan error
-	ca        *egress.CA
+// resolveFunc resolves a host name to addresses, as the proxy does.
+type resolveFunc = func(ctx context.Context, host string) ([]netip.Addr, error)
+
+// relayPortMin and relayPortSpan are the range the relay port is drawn
+// from: the sandbox's loopback interface is its own, so any port is free
+// at the start.
+const relayPortMin, relayPortSpan = 20000, 30000
+
+// relayPending is how many connections to the relay port the library is
+// ready to take at once (more wait in the sandbox's listen queue).
+const relayPending = 4
+
+// proxy is a sandbox's egress proxy, for an allow-list or credentials (see
+// NetworkPolicy). It is made before the sandbox's instance, which needs
+// its relay port and the environment that points at it; started once the
+// instance's agent runs, on the connections the agent relays; and closed
+// once the instance is gone.
+type proxy struct {
+	relayPort int        // the port of the sandbox's 127.0.0.1 the agent relays
+	ca        *egress.CA // the sandbox's CA, for credentials over HTTPS; nil without credentials
+	srv       *egress.Proxy
+	relay     net.Listener // the relayed connections; nil until start
+	served    chan error   // Serve's end, once started
+	traffic   traffic      // the bytes of the relayed connections (Usage)
+}
+
+// newProxy makes the egress proxy of policy pol, an allow-list (neither
+// the zero policy nor Open) whose Allow parsed to rules, reached at
+// relayPort in the sandbox (0: a port drawn at random). Its decisions go
+// to the audit log, and with the activity record on, to the record of
+// the command they come from; the sandbox's test hooks, if set, replace
+// its name resolution and the roots it trusts upstream.
+func (s *Sandbox) newProxy(pol NetworkPolicy, rules netRules, relayPort int) (*proxy, error) {
+	if relayPort == 0 {
+		var b [2]byte
+		rand.Read(b[:])
+		relayPort = relayPortMin + int(binary.BigEndian.Uint16(b[:]))%relayPortSpan
+	}
+	p := &proxy{relayPort: relayPort}
+	creds := map[string]egress.Credential{}
+	for _, c := range pol.Credentials {
+		creds[strings.ToLower(c.Host)] = egress.Credential{Header: c.Header, Value: c.Value, AllowHTTP: c.AllowHTTP}
+	}
+	if len(creds) > 0 {
+		var err error
+		if p.ca, err = egress.NewCA(); err != nil {
+			return nil, err
+		}
+	}
+	var decided func(egress.Decision)
+	if s.cfg.activity {
+		decided = s.proxyDecided
+	}
+	p.srv = egress.New(egress.Config{
+		Policy: egress.Policy{Rules: rules}, Credentials: creds, CA: p.ca,
+		Resolve: s.cfg.resolve, UpstreamRoots: s.cfg.upstreamRoots,
+		Log: s.logDecision, Decided: decided,
+	})
+	return p, nil
+}
+
+// env is the environment that points the sandbox's programs at the proxy,
+// and at the sandbox's CA if it has one (see caFiles).
+func (p *proxy) env() []string {
+	var env []string
+	proxyURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(p.relayPort))
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+		env = append(env, k+"="+proxyURL)
+	}
+	env = append(env, "NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1")
+	if p.ca != nil {
+		env = append(env, "SSL_CERT_FILE="+caBundlePath, "REQUESTS_CA_BUNDLE="+caBundlePath,
+			"CURL_CA_BUNDLE="+caBundlePath, "NODE_EXTRA_CA_CERTS="+caPath)
+	}
+	return env
+}
+
+// start serves the proxy on the connections agent relays from the relay
+// port. Once the agent's stream ends (the sandbox is closed, or its
+// instance died) no relayed connection is left: the proxy is closed then,
+// and with it every upstream connection, rather than let tunnels wait for
+// their idle timeout with the kernel holding their buffers.
+func (p *proxy) start(agent *agentconn.Conn) {
+	p.relay = countingListener{agent.Listen(relayPending), &p.traffic}
+	p.served = make(chan error, 1)
+	go func() { p.served <- p.srv.Serve(p.relay) }()
+	go func() {
+		<-agent.Done()
+		p.srv.Close()
+	}()
+}
+
+// close stops the proxy and its connections, and waits for it to end.
+func (p *proxy) close() {
+	if p.relay != nil {
+		p.relay.Close()
+	}
+	p.srv.Close()
+	if p.served != nil {
+		<-p.served
+	}
+}
+
+// The CA the sandbox trusts lives in /tmp (a tmpfs inside the sandbox).
+const (
+	caPath       = "/tmp/.agentsandbox-ca.pem"
+	caBundlePath = "/tmp/.agentsandbox-ca-bundle.pem"
+)
+
+// systemBundles are where images keep their trusted certificates.
+var systemBundles = []string{
+	"/etc/ssl/certs/ca-certificates.crt", // Debian, Ubuntu, Alpine
+	"/etc/pki/tls/certs/ca-bundle.crt",   // Fedora, RHEL
+	"/etc/ssl/cert.pem",
 }
 
 // exposures are a sandbox's exposed ports.
@@ -209,14 +320,6 @@ const (
 type exposeBounds struct {
 	idle, afterEOF time.Duration
 	max            int
-}
-
-func (s *Sandbox) exposeBounds() exposeBounds {
-	b := exposeBounds{idle: exposeIdle, afterEOF: exposeAfterEOF, max: exposeMaxConns}
-	if t := s.cfg.expose; t != nil {
-		b = *t
-	}
-	return b
 }
 
 // exposeHosts are the loopback addresses of this process's sandboxes'
@@ -291,153 +394,28 @@ func (x *exposures) listen() (net.Listener, error) {
 	return nil, errors.New("no free loopback address found")
 }
 
-// relayPorts is the range the relay port is drawn from: the sandbox's
-// loopback interface is its own, so any port is free at the start.
-const relayPortMin, relayPortSpan = 20000, 30000
-
-// createNetwork prepares the sandbox's network policy before the container
-// exists. It returns the env vars the container needs.
-func (s *Sandbox) createNetwork() (env []string, err error) {
-	if s.cfg.network.Open {
-		return nil, nil // the backend's (driver.NetworkOpen)
-	}
-	p := s.cfg.network
-	var b [2]byte
-	rand.Read(b[:])
-	n := &netState{relayPort: relayPortMin + int(binary.BigEndian.Uint16(b[:]))%relayPortSpan}
-	s.net = n
-	creds := map[string]egress.Credential{}
-	for _, c := range p.Credentials {
-		creds[strings.ToLower(c.Host)] = egress.Credential{Header: c.Header, Value: c.Value, AllowHTTP: c.AllowHTTP}
-	}
-	if len(creds) > 0 {
-		if n.ca, err = egress.NewCA(); err != nil {
-			return nil, err
-		}
-	}
-	n.proxy = egress.New(egress.Config{
-		Policy: egress.Policy{Rules: s.cfg.rules}, Credentials: creds, CA: n.ca,
-		Resolve: s.cfg.resolve, UpstreamRoots: s.cfg.upstreamRoots,
-		Log: s.logDecision,
-	})
-	proxyURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(n.relayPort))
-	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
-		env = append(env, k+"="+proxyURL)
-	}
-	env = append(env, "NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1")
-	if n.ca != nil {
-		env = append(env, "SSL_CERT_FILE="+caBundlePath, "REQUESTS_CA_BUNDLE="+caBundlePath,
-			"CURL_CA_BUNDLE="+caBundlePath, "NODE_EXTRA_CA_CERTS="+caPath)
-	}
-	return env, nil
+// exposeTo is what an exposure needs of its sandbox: its agent, which
+// dials the sandbox's ports, its ID and log for the records, and its
+// bounds.
+type exposeTo struct {
+	agent   *agentconn.Conn
+	id      string
+	log     *slog.Logger
+	timeout time.Duration // bounds a dial through the agent
+	bounds  exposeBounds
 }
 
-// relayPending is how many connections to the relay port the library is
-// ready to take at once (more wait in the sandbox's listen queue).
-const relayPending = 4
-
-// serveProxy serves the proxy on the connections the agent relays, once
-// the agent runs.
-func (s *Sandbox) serveProxy() {
-	n := s.net
-	n.proxyL = s.agent.Listen(relayPending)
-	n.proxyErr = make(chan error, 1)
-	go func() { n.proxyErr <- n.proxy.Serve(n.proxyL) }()
-	// Once the agent's stream ends (the sandbox is closed, or its
-	// container died) no relayed connection is left: close the proxy, and
-	// with it every upstream connection, rather than let tunnels wait for
-	// their idle timeout with the kernel holding their buffers.
-	go func() {
-		<-s.agent.Done()
-		n.proxy.Close()
-	}()
-}
-
-// The CA the sandbox trusts lives in /tmp (a tmpfs inside the sandbox).
+// Backoff of an Expose listener's Accept that fails for want of
+// descriptors, say (as net/http does).
 const (
-	caPath       = "/tmp/.agentsandbox-ca.pem"
-	caBundlePath = "/tmp/.agentsandbox-ca-bundle.pem"
+	acceptPauseMin = 5 * time.Millisecond
+	acceptPauseMax = time.Second
 )
 
-// systemBundles are where images keep their trusted certificates.
-var systemBundles = []string{
-	"/etc/ssl/certs/ca-certificates.crt", // Debian, Ubuntu, Alpine
-	"/etc/pki/tls/certs/ca-bundle.crt",   // Fedora, RHEL
-	"/etc/ssl/cert.pem",
-}
-
-// installCA writes the sandbox's CA, alone and appended to the image's
-// system bundle, where the environment variables point.
-func (s *Sandbox) installCA(ctx context.Context) error {
-	ca := s.net.ca.CertPEM()
-	bundle := append([]byte(nil), ca...)
-	for _, p := range systemBundles {
-		if sys, err := s.ReadFile(ctx, p); err == nil {
-			bundle = append(append(sys, '\n'), ca...)
-			break
-		}
-	}
-	if err := s.WriteFile(ctx, caPath, ca, 0o644); err != nil {
-		return err
-	}
-	return s.WriteFile(ctx, caBundlePath, bundle, 0o644)
-}
-
-func (s *Sandbox) logDecision(d egress.Decision) {
-	attrs := []slog.Attr{slog.String("sandbox", s.id), slog.Bool("allowed", d.Allowed),
-		slog.String("method", d.Method), slog.String("host", d.Host), slog.Int("port", d.Port)}
-	if d.Addr != "" {
-		attrs = append(attrs, slog.String("addr", d.Addr))
-	}
-	if d.Reason != "" {
-		attrs = append(attrs, slog.String("reason", d.Reason))
-	}
-	if d.Credential != "" {
-		attrs = append(attrs, slog.String("credential_header", d.Credential))
-	}
-	attrs = append(attrs, slog.Int64("bytes_up", d.BytesUp), slog.Int64("bytes_down", d.BytesDown))
-	s.log.LogAttrs(context.Background(), slog.LevelInfo, "sandbox.network", attrs...)
-}
-
-// Expose returns a URL on the host's loopback interface
-// ("http://127.X.Y.Z:PORT") that forwards connections to port on the
-// sandbox's loopback interface, for a web app the sandbox runs (listening
-// on 127.0.0.1 or on every address). It works whatever the network
-// policy, the zero one included: each connection is carried by the
-// sandbox's agent over its own stream, not by a network. Exposing the
-// same port again returns the same URL. When nothing listens on the port,
-// a request gets an HTTP 502 answer saying so. Close removes the
-// listener and cuts the connections.
-//
-// Each sandbox's URLs have a host of their own, an address of
-// 127.0.0.0/8 drawn for it (all its ports share it), so a cookie one
-// sandbox's app sets is not sent to another's by a browser or cookie jar
-// (cookies ignore ports, not hosts). This needs a host that routes all of
-// 127.0.0.0/8 to loopback, as Linux and Windows do; where binding such an
-// address fails (macOS without aliases) every URL is on 127.0.0.1 and
-// cookies are shared.
-//
-// A connection is closed, both on the host and in the sandbox, once
-// neither side has sent a byte for 5 minutes, or once the host client
-// has ended its side (closed or half-closed) and the sandbox's side has
-// sent nothing for 10 seconds; a client that closes before the answer
-// therefore holds nothing for longer. A sandbox has at most 256 open
-// connections through its URLs (all ports together): one past them is
-// closed at once, and the audit log gets a "sandbox.expose.refused"
-// record. These bounds hold the same on every backend: the URLs are
-// served by this process.
-func (s *Sandbox) Expose(ctx context.Context, port int) (url string, err error) {
-	defer func() {
-		s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.expose", slog.String("sandbox", s.id),
-			slog.Int("port", port), slog.String("url", url), errAttr(err))
-	}()
-	if err := s.check(); err != nil {
-		return "", err
-	}
-	if port < 1 || port > 65535 {
-		return "", fmt.Errorf("sandbox: Expose: port %d out of range 1-65535", port)
-	}
-	x := &s.exposed
+// expose returns the URL of port's listener, made at the first call for
+// the port: each connection to it is spliced to the sandbox's port
+// through to's agent.
+func (x *exposures) expose(port int, to exposeTo) (string, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.closed {
@@ -455,42 +433,40 @@ func (s *Sandbox) Expose(ctx context.Context, port int) (url string, err error) 
 		x.m = map[int]*exposure{}
 	}
 	x.m[port] = e
-	b := s.exposeBounds()
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		var pause time.Duration
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				if errors.Is(err, net.ErrClosed) {
-					return
-				}
-				// Out of descriptors, say: try again (as net/http does).
-				pause = min(max(2*pause, 5*time.Millisecond), time.Second)
-				time.Sleep(pause)
-				continue
-			}
-			pause = 0
-			if n := x.open.Add(1); int(n) > b.max {
-				x.open.Add(-1)
-				s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox.expose.refused",
-					slog.String("sandbox", s.id), slog.Int("port", port), slog.Int("max_connections", b.max))
-				c.Close() // after the record: a client that sees the close finds it
-				continue
-			}
-			e.track(c, true)
-			e.wg.Add(1)
-			go func() {
-				defer e.wg.Done()
-				defer x.open.Add(-1)
-				defer e.track(c, false)
-				defer c.Close()
-				s.forwardExposed(c, port, b)
-			}()
-		}
-	}()
+	e.wg.Go(func() { x.serve(e, port, to) })
 	return e.url, nil
+}
+
+// serve accepts e's connections until e is closed, and forwards each to
+// port while the sandbox has fewer than its bound open.
+func (x *exposures) serve(e *exposure, port int, to exposeTo) {
+	var pause time.Duration
+	for {
+		c, err := e.l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			pause = min(max(2*pause, acceptPauseMin), acceptPauseMax)
+			time.Sleep(pause)
+			continue
+		}
+		pause = 0
+		if n := x.open.Add(1); int(n) > to.bounds.max {
+			x.open.Add(-1)
+			to.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox.expose.refused",
+				slog.String("sandbox", to.id), slog.Int("port", port), slog.Int("max_connections", to.bounds.max))
+			c.Close() // after the record: a client that sees the close finds it
+			continue
+		}
+		e.track(c, true)
+		e.wg.Go(func() {
+			defer x.open.Add(-1)
+			defer e.track(c, false)
+			defer c.Close()
+			to.forward(c, port)
+		})
+	}
 }
 
 func (e *exposure) track(c net.Conn, add bool) {
@@ -529,10 +505,10 @@ func (x *exposures) closeAll() {
 	}
 }
 
-// forwardExposed splices a host connection to the sandbox's port.
-func (s *Sandbox) forwardExposed(c net.Conn, port int, b exposeBounds) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
-	up, err := s.agent.Dial(ctx, port)
+// forward splices a host connection to the sandbox's port.
+func (to exposeTo) forward(c net.Conn, port int) {
+	ctx, cancel := context.WithTimeout(context.Background(), to.timeout)
+	up, err := to.agent.Dial(ctx, port)
 	cancel()
 	if err != nil {
 		// Answer once the request is in: a response that comes before it
@@ -547,12 +523,12 @@ func (s *Sandbox) forwardExposed(c net.Conn, port int, b exposeBounds) {
 		if errors.As(err, &de) {
 			why = de.Msg
 		}
-		msg := fmt.Sprintf("agentsandbox: nothing accepts connections on port %d in sandbox %s: %s\n", port, shortID(s.id), why)
+		msg := fmt.Sprintf("agentsandbox: nothing accepts connections on port %d in sandbox %s: %s\n", port, shortID(to.id), why)
 		c.SetWriteDeadline(time.Now().Add(exposeErrorBound))
 		fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(msg), msg)
 		return
 	}
-	w := newExposeWatch(c, up, b)
+	w := newExposeWatch(c, up, to.bounds)
 	defer w.stop()
 	done := make(chan struct{})
 	go func() {
@@ -654,38 +630,4 @@ func (t touchReader) Read(p []byte) (int, error) {
 		t.w.touch()
 	}
 	return n, err
-}
-
-// closeNetwork closes the exposures and the proxy (after the instance is
-// gone).
-func (s *Sandbox) closeNetwork() {
-	s.exposed.closeAll()
-	if n := s.net; n != nil && n.proxyL != nil {
-		n.proxyL.Close()
-		n.proxy.Close()
-		<-n.proxyErr
-	}
-}
-
-// testing hooks, set through export_test.go.
-type resolveFunc = func(ctx context.Context, host string) ([]netip.Addr, error)
-
-func withResolver(f resolveFunc) Option {
-	return func(c *config) error { c.resolve = f; return nil }
-}
-
-func withTimeout(d time.Duration) Option {
-	return func(c *config) error { c.timeout = d; return nil }
-}
-
-// withExposeBounds replaces Expose's bounds for one sandbox.
-func withExposeBounds(idle, afterEOF time.Duration, maxConns int) Option {
-	return func(c *config) error {
-		c.expose = &exposeBounds{idle: idle, afterEOF: afterEOF, max: maxConns}
-		return nil
-	}
-}
-
-func withUpstreamRoots(p *x509.CertPool) Option {
-	return func(c *config) error { c.upstreamRoots = p; return nil }
 }

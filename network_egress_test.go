@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // proxyConnectPy sends CONNECT for each target through the sandbox's
@@ -84,13 +86,10 @@ func TestNetworkAllowInternetNotHost(t *testing.T) {
 			t.Errorf("Allow 127.0.0.0/8, %s: CONNECT %s = %q, want 200", gw, target, res[target])
 		}
 	}
-	deadline := time.Now().Add(testenv.HangGuard)
-	for nLoop.Load() != 1 || nGw.Load() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the listeners accepted %d (loopback) and %d (%s) connections, want 1 each", nLoop.Load(), nGw.Load(), gw)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	sandboxtest.Eventually(t, testenv.HangGuard, func() (bool, string) {
+		l, g := nLoop.Load(), nGw.Load()
+		return l == 1 && g == 1, fmt.Sprintf("the listeners accepted %d (loopback) and %d (%s) connections, want 1 each", l, g, gw)
+	})
 }
 
 // rawHTTPSPy sends one GET through the proxy over TLS (trusting the
@@ -269,8 +268,7 @@ func TestNetworkStalledTunnels(t *testing.T) {
 		}
 		return ss, tx
 	}
-	deadline := time.Now().Add(testenv.HangGuard)
-	for {
+	sandboxtest.Eventually(t, testenv.HangGuard, func() (bool, string) {
 		ss, tx := upstream()
 		full := 0
 		for _, s := range ss {
@@ -281,17 +279,14 @@ func TestNetworkStalledTunnels(t *testing.T) {
 				full++
 			}
 		}
-		if len(ss) == tunnels && full == tunnels {
-			mem, _ := testenv.TCPMemPages()
-			t.Logf("%d stalled tunnels: upstream send queues %.1f MiB; host TCP memory %d pages before, %d now (%+.1f MiB)",
-				tunnels, float64(tx)/(1<<20), memBefore, mem, float64((mem-memBefore)*4096)/(1<<20))
-			break
+		if len(ss) != tunnels || full != tunnels {
+			return false, fmt.Sprintf("%d upstream sockets, %d with a full send queue", len(ss), full)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d upstream sockets, %d with a full send queue", len(ss), full)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		mem, _ := testenv.TCPMemPages()
+		t.Logf("%d stalled tunnels: upstream send queues %.1f MiB; host TCP memory %d pages before, %d now (%+.1f MiB)",
+			tunnels, float64(tx)/(1<<20), memBefore, mem, float64((mem-memBefore)*4096)/(1<<20))
+		return true, ""
+	})
 
 	// The writer killed: the sandbox lives, its tunnels wait for their
 	// idle timeout, with their bounded queues.
@@ -306,17 +301,10 @@ func TestNetworkStalledTunnels(t *testing.T) {
 	if err := engineClient(t).ContainerKill(testCtx(t), sb.ID(), "KILL"); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(30 * time.Second)
-	for {
+	sandboxtest.Eventually(t, 30*time.Second, func() (bool, string) {
 		ss, tx := upstream()
-		if len(ss) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("30s after the container was killed, %d upstream sockets remain, %d bytes queued", len(ss), tx)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(ss) == 0, fmt.Sprintf("after the container was killed, %d upstream sockets remain, %d bytes queued", len(ss), tx)
+	})
 	mem, _ = testenv.TCPMemPages()
 	t.Logf("container killed: no upstream socket left; host TCP memory %d pages", mem)
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/agentsandbox/sandbox/internal/egress"
 	"github.com/agentsandbox/sandbox/internal/firewall"
 	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // ---- helpers ----
@@ -90,17 +91,12 @@ func (l *netLog) records(t *testing.T, msg string) []map[string]any {
 // request after answering it.
 func (l *netLog) waitRecords(t *testing.T, what string, want func([]map[string]any) bool) []map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(testenv.HangGuard)
-	for {
-		rs := l.records(t, "sandbox.network")
-		if want(rs) {
-			return rs
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s among the audit records:\n%s", what, l.raw())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var rs []map[string]any
+	sandboxtest.Eventually(t, testenv.HangGuard, func() (bool, string) {
+		rs = l.records(t, "sandbox.network")
+		return want(rs), fmt.Sprintf("no %s among the audit records:\n%s", what, l.raw())
+	})
+	return rs
 }
 
 // netResolver maps .test names to local addresses for the egress proxy.
@@ -435,13 +431,10 @@ func TestNetworkAllowList(t *testing.T) {
 			}
 			c.Close()
 		}
-		deadline := time.Now().Add(testenv.HangGuard)
-		for nAny.Load()+nHost.Load() != 2 {
-			if time.Now().After(deadline) {
-				t.Fatal("the listeners did not count the host's connections")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		sandboxtest.Eventually(t, testenv.HangGuard, func() (bool, string) {
+			n := nAny.Load() + nHost.Load()
+			return n == 2, fmt.Sprintf("the listeners counted %d of the host's 2 connections", n)
+		})
 		nAny.Store(0)
 		nHost.Store(0)
 		targets := []string{
@@ -864,6 +857,7 @@ func TestNetworkExpose(t *testing.T) {
 // Open: full egress (not exercised here), yet host services stay out of
 // reach.
 func TestNetworkOpen(t *testing.T) {
+	testenv.Requires(t, testenv.Root) // Open: host firewall rules (else ErrNetworkUnsupported, TestNetworkUnsupported)
 	t.Parallel()
 	sb := newPython(t, sandbox.WithNetwork(sandbox.NetworkPolicy{Open: true}))
 	l, n := netListener(t, "0.0.0.0:0")
@@ -882,13 +876,9 @@ func TestNetworkOpen(t *testing.T) {
 	} else {
 		c.Close()
 	}
-	deadline := time.Now().Add(testenv.HangGuard)
-	for n.Load() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the listener did not count the host's connection")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	sandboxtest.Eventually(t, testenv.HangGuard, func() (bool, string) {
+		return n.Load() == 1, "the listener did not count the host's connection"
+	})
 	n.Store(0)
 	targets := []string{net.JoinHostPort(gw, netPort(l))}
 	if d := dockerBridgeAddr(); d != "" {
@@ -909,6 +899,7 @@ func TestNetworkOpen(t *testing.T) {
 // Prune removes a network a dead process left, with its firewall rules,
 // and leaves a live owner's alone.
 func TestNetworkPrune(t *testing.T) {
+	testenv.Requires(t, testenv.Root) // it installs and reads host firewall rules
 	t.Parallel()
 	ctx := testCtx(t)
 	cli := engineClient(t)
@@ -997,7 +988,7 @@ func TestNetworkBadInput(t *testing.T) {
 		{sandbox.AllowHosts("10.1.2.3:80"), "without the port"},
 		{sandbox.NetworkPolicy{Open: true, Allow: []string{"api.test"}}, "exclude each other"},
 		{sandbox.NetworkPolicy{Open: true, Credentials: []sandbox.Credential{{Host: "api.test", Header: "X-Key", Value: "v"}}}, "not Open"},
-		{sandbox.NetworkPolicy{Credentials: []sandbox.Credential{{Host: "api.test", Header: "X-Key", Value: "v"}}}, "not allowed"},
+		{sandbox.NetworkPolicy{Credentials: []sandbox.Credential{{Host: "api.test", Header: "X-Key", Value: "v"}}}, "need an allow-list"},
 		{sandbox.NetworkPolicy{Allow: []string{"api.test"}, Credentials: []sandbox.Credential{{Host: "other.test", Header: "X-Key", Value: "v"}}}, `credential host "other.test" is not allowed`},
 		{sandbox.NetworkPolicy{Allow: []string{"*.api.test"}, Credentials: []sandbox.Credential{{Host: "api.test", Header: "X-Key", Value: "v"}}}, "not allowed"},
 		{sandbox.NetworkPolicy{Allow: []string{"10.1.2.0/24"}, Credentials: []sandbox.Credential{{Host: "10.1.3.1", Header: "X-Key", Value: "v"}}}, "not allowed"},

@@ -53,8 +53,12 @@ type PoolStats struct {
 // poolParallel bounds how many sandboxes a pool starts at once.
 const poolParallel = 4
 
-// poolBackoff bounds the wait between attempts while New keeps failing.
-const poolBackoff = 30 * time.Second
+// poolBackoffMin and poolBackoff are the first and the longest wait
+// between attempts while New keeps failing (doubled at each failure).
+const (
+	poolBackoffMin = 100 * time.Millisecond
+	poolBackoff    = 30 * time.Second
+)
 
 // NewPool returns a pool that keeps size sandboxes, made with opts,
 // started and ready. It checks opts at once and then fills in the
@@ -111,7 +115,7 @@ func (p *Pool) fill() {
 			case err == nil:
 				backoff = 0
 			case backoff == 0:
-				backoff = 100 * time.Millisecond
+				backoff = poolBackoffMin
 			default:
 				backoff = min(2*backoff, poolBackoff)
 			}

@@ -3,14 +3,15 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
-	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // poolContainers counts the containers carrying the test's pool label.
@@ -27,13 +28,10 @@ func poolContainers(t *testing.T, label string) int {
 // waitPoolContainers waits until n containers carry the label.
 func waitPoolContainers(t *testing.T, label string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(testenv.HangGuard)
-	for poolContainers(t, label) != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d containers of the pool, want %d", poolContainers(t, label), n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	sandboxtest.Eventually(t, testenv.HangGuard, func() (bool, string) {
+		got := poolContainers(t, label)
+		return got == n, fmt.Sprintf("%d containers of the pool, want %d", got, n)
+	})
 }
 
 // Get hands out started sandboxes, each once, and the pool refills; Close
@@ -91,10 +89,9 @@ func TestPoolCloseWhileFilling(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Once the first container exists, the pool is mid-fill.
-	deadline := time.Now().Add(testenv.HangGuard)
-	for poolContainers(t, label) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	sandboxtest.Eventually(t, testenv.HangGuard, func() (bool, string) {
+		return poolContainers(t, label) > 0, "no container of the pool"
+	})
 	t.Logf("closing with %+v", p.Stats())
 	if err := p.Close(); err != nil {
 		t.Errorf("Close: %v", err)

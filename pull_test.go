@@ -23,6 +23,7 @@ import (
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/driver/owner"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 )
 
 // testRegistry is a registry of one image, served on loopback (which the
@@ -117,6 +118,7 @@ func (r *testRegistry) seen() []string {
 // ErrImageNotFound saying what to do. The registry is the test's own, on
 // loopback.
 func TestPull(t *testing.T) {
+	testenv.NotOn(t, podmanPull, testenv.Podman...)
 	t.Parallel()
 	reg := newTestRegistry(t)
 	ctx := testCtx(t)

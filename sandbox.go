@@ -3,23 +3,21 @@ package sandbox
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/x509"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/agentsandbox/sandbox/docker"
 	"github.com/agentsandbox/sandbox/driver"
-	"github.com/agentsandbox/sandbox/driver/agentargs"
 	"github.com/agentsandbox/sandbox/internal/agentconn"
+	"github.com/agentsandbox/sandbox/internal/driverof"
 	"github.com/agentsandbox/sandbox/internal/ident"
 	"github.com/agentsandbox/sandbox/internal/pseudofs"
 )
@@ -37,9 +35,11 @@ const DefaultImage = "python:3.12-slim"
 // progress: each may go quiet for at most this long.
 const DefaultTimeout = 30 * time.Second
 
-// Sandbox is a running, hardened container that commands and files can be
-// sent to. Create one with New and end it with Close. A Sandbox is safe for
-// concurrent use by multiple goroutines.
+// Sandbox is a running, hardened sandbox that commands and files can be
+// sent to: an instance on its backend (a container on Docker and Podman, a
+// pod on Kubernetes) whose main process is the library's agent. Create
+// one with New and end it with Close. A Sandbox is safe for concurrent use
+// by multiple goroutines.
 type Sandbox struct {
 	cfg     config
 	drv     driver.Driver   // the backend
@@ -53,8 +53,13 @@ type Sandbox struct {
 	agent   *agentconn.Conn // the agent, the instance's main process
 	stderr  *tail           // the last of the agent's stderr, for errors
 	base    string          // the image the sandbox (or the snapshot it came from) was made from
-	net     *netState       // set for an allow-list or credentials
+	proxy   *proxy          // the egress proxy, for an allow-list or credentials
+	proxied proxied         // its decisions for commands' activity records
 	exposed exposures
+	lease   time.Duration // > 0: leased (WithLease, Open)
+	noActs  bool          // the agent keeps no activity record (its greeting says so)
+
+	renewStop chan struct{} // closed when this process lets go (Detach, Close)
 
 	mu       sync.Mutex
 	closed   bool
@@ -88,15 +93,19 @@ type config struct {
 	base     string                                           // set by Snapshot.New: the image the snapshot was made from
 	take     func(context.Context, *config) (*Sandbox, error) // WithPool: where Snapshot.New gets a started sandbox
 	network  NetworkPolicy
-	diskSet  bool // Limits.Disk was given, not the default
-	tmpSet   bool // Limits.TmpSize was given, not the default
+	// activity turns the activity record on (WithActivity).
+	activity    bool
+	activityMax int  // events per command (WithActivityLimit); 0: the agent's default
+	diskSet     bool // Limits.Disk was given, not the default
+	tmpSet      bool // Limits.TmpSize was given, not the default
 
 	timeout       time.Duration  // bound on each wait the caller's context does not bound (DefaultTimeout; a test hook can shorten it)
 	resolve       resolveFunc    // test hook: the proxy's resolver
 	upstreamRoots *x509.CertPool // test hook: roots for intercepted upstreams
 	expose        *exposeBounds  // test hook: Expose's bounds (nil: the defaults)
 
-	rules netRules // network.Allow, parsed once (WithNetwork)
+	rules netRules      // network.Allow, parsed once (WithNetwork)
+	lease time.Duration // WithLease; 0: tied to this process
 }
 
 // WithImage sets the image the sandbox runs (default DefaultImage). A
@@ -283,9 +292,29 @@ func WithLogger(l *slog.Logger) Option {
 // docker CLI. The default is DOCKER_HOST, else the local socket. The
 // sandbox gets a connection of its own, closed with it: for many
 // sandboxes on one engine, make one driver with docker.New and give it
-// with WithDriver instead, so that they share it.
+// with WithDriver instead, so that they share it. In a program built
+// with the agentsandbox_nodocker tag, which leaves the Docker backend out,
+// it fails with ErrNoDriver.
 func WithHost(dockerHost string) Option {
-	return func(c *config) error { c.host = dockerHost; return nil }
+	return func(c *config) error {
+		if err := withoutDocker(dockerHost); err != nil {
+			return err
+		}
+		c.host = dockerHost
+		return nil
+	}
+}
+
+// WithNetwork sets the sandbox's network policy (default: none).
+func WithNetwork(p NetworkPolicy) Option {
+	return func(c *config) error {
+		p, rules, err := p.parse()
+		if err != nil {
+			return err
+		}
+		c.network, c.rules = p, rules
+		return nil
+	}
 }
 
 // WithDriver selects the backend the sandbox runs on: a Docker or Podman
@@ -307,228 +336,94 @@ func WithDriver(d driver.Driver) Option {
 // WithHost, and of Prune: the Docker engine DOCKER_HOST names when it first
 // connects, else the local socket. Its connection is shared by all those
 // sandboxes, as net/http's DefaultClient is.
-var DefaultDriver driver.Driver = docker.New(docker.Config{})
+//
+// A program built with the agentsandbox_nodocker tag links no Docker
+// backend (nor the Docker SDK and OpenTelemetry packages it brings): there
+// DefaultDriver is nil, and a sandbox given no WithDriver fails with
+// ErrNoDriver, as does Prune.
+var DefaultDriver driver.Driver = defaultDriver()
+
+// driverOf is driverof.Func: the driver opts select, for sandboxtest.
+func driverOf(opts any) (driver.Driver, func() error, error) {
+	list, _ := opts.([]Option)
+	c, err := newConfig(list)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, own, err := c.backend()
+	if err != nil || !own {
+		return d, nil, err
+	}
+	return d, d.Close, nil
+}
+
+func init() { driverof.Func = driverOf }
 
 // backend returns the driver for c, and whether it was made for one
 // sandbox alone (the caller closes it).
-func (c *config) backend() (driver.Driver, bool) {
+func (c *config) backend() (driver.Driver, bool, error) {
 	switch {
 	case c.driver != nil:
-		return c.driver, false
+		return c.driver, false, nil
 	case c.host != "":
-		return docker.New(docker.Config{Host: c.host, Timeout: c.timeout}), true
+		d, err := hostDriver(c.host, c.timeout)
+		return d, err == nil, err
+	case DefaultDriver == nil:
+		return nil, false, errNoDefault
 	}
-	return DefaultDriver, false
+	return DefaultDriver, false, nil
 }
 
-// ownUser returns a user of a sandbox's own (see WithUser).
-func ownUser() string {
-	var b [8]byte
-	rand.Read(b[:])
-	uid := 1_000_000_000 + binary.BigEndian.Uint64(b[:])%900_000_000
-	return fmt.Sprintf("%d:%d", uid, uid)
-}
+// errNoDefault is the error of a sandbox given no backend where there is
+// no DefaultDriver.
+var errNoDefault = fmt.Errorf("%w: DefaultDriver is nil (the program was built with the agentsandbox_nodocker tag, "+
+	"which leaves the Docker backend out, or DefaultDriver was set to nil): give one with WithDriver", ErrNoDriver)
 
-func newConfig(opts []Option) (config, error) {
-	c := config{
+// defaults is the configuration of a sandbox given no option.
+func defaults() config {
+	return config{
 		image:   DefaultImage,
 		workdir: "/workspace",
 		logger:  slog.New(slog.DiscardHandler),
 		timeout: DefaultTimeout,
 		pull:    defaultPull(),
+		limits:  DefaultLimits(),
 	}
+}
+
+// newConfig is the configuration New makes a sandbox from: opts on the
+// defaults.
+func newConfig(opts []Option) (config, error) { return defaults().with(opts) }
+
+// with is the one assembly of a sandbox's configuration: opts applied on
+// top of c, the defaults (New) or a snapshot's settings (Snapshot.New).
+// Limits that opts leave zero keep c's; c's slices and maps are copied
+// before options add to them.
+func (c config) with(opts []Option) (config, error) {
+	out := c
+	out.env = slices.Clone(c.env)
+	out.labels = maps.Clone(c.labels)
+	out.limits = Limits{}
 	for _, o := range opts {
-		if err := o(&c); err != nil {
-			return c, err
+		if err := o(&out); err != nil {
+			return out, err
 		}
 	}
-	c.diskSet = c.limits.Disk != 0
-	c.tmpSet = c.limits.TmpSize != 0
-	c.limits = c.limits.merge(DefaultLimits())
-	return c, c.limits.validate()
+	out.diskSet = c.diskSet || out.limits.Disk != 0
+	out.tmpSet = c.tmpSet || out.limits.TmpSize != 0
+	out.limits = out.limits.merge(c.limits)
+	if err := out.limits.validate(); err != nil {
+		return out, err
+	}
+	if p := out.limits.PIDs; out.activity && p > 0 && p < minActivityPIDs {
+		return out, fmt.Errorf("sandbox: Limits.PIDs %d is too few for the activity record (WithActivity): its monitor keeps two of the agent's threads (minimum %d)", p, minActivityPIDs)
+	}
+	return out, nil
 }
 
-// New creates and starts a sandbox. It is hardened without any option: a
-// non-root user of its own (see WithUser) with no capabilities,
-// no-new-privileges, the library's seccomp profile (Docker's default and
-// stricter) and masked /proc paths, a read-only root filesystem, no network,
-// no host mounts or environment, an init process reaping zombies, and the
-// limits of DefaultLimits. Close it when done; it also ends on its own when
-// the calling process exits or Limits.Lifetime passes.
-func New(ctx context.Context, opts ...Option) (*Sandbox, error) {
-	cfg, err := newConfig(opts)
-	if err != nil {
-		return nil, err
-	}
-	return create(ctx, cfg)
-}
-
-// create makes the sandbox; on failure it removes what it made.
-func create(ctx context.Context, cfg config) (_ *Sandbox, err error) {
-	start := time.Now()
-	s := &Sandbox{cfg: cfg, log: cfg.logger, base: cfg.image, stderr: &tail{}}
-	if cfg.base != "" {
-		s.base = cfg.base // restored: the snapshot's own image
-	}
-	defer func() {
-		if err != nil {
-			s.teardown()
-			s.log.LogAttrs(ctx, slog.LevelError, "sandbox.create", slog.String("image", cfg.image), slog.String("error", err.Error()))
-		}
-	}()
-	s.drv, s.ownDrv = cfg.backend()
-	s.user = s.cfg.user
-	if s.user == "" {
-		s.user = ownUser() // a restored sandbox gets one of its own too
-	}
-	disk, err := s.fitDisk(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var netEnv []string
-	if !cfg.network.none() {
-		netEnv, err = s.createNetwork()
-		if err != nil {
-			return nil, err
-		}
-	}
-	if s.inst, err = s.drv.Create(ctx, s.spec(netEnv)); err != nil {
-		return nil, err
-	}
-	s.id = s.inst.ID()
-	if err := s.startAgent(ctx); err != nil {
-		return nil, err
-	}
-	if caps, err := s.drv.Caps(ctx); err == nil && caps.KeepAlive > 0 {
-		go s.keepAlive(caps.KeepAlive)
-	}
-	if s.net != nil {
-		s.serveProxy()
-		if s.net.ca != nil {
-			if err := s.installCA(ctx); err != nil {
-				return nil, fmt.Errorf("sandbox: installing the egress CA: %w", err)
-			}
-		}
-	}
-	s.log.LogAttrs(ctx, slog.LevelInfo, "sandbox.create",
-		slog.String("sandbox", s.ID()), slog.String("image", cfg.image),
-		slog.String("user", s.userIDs()), slog.String("workdir", cfg.workdir),
-		slog.String("runtime", cfg.runtime), slog.String("disk", disk), slog.Duration("duration", time.Since(start)))
-	return s, nil
-}
-
-// fitDisk makes the limits fit a working directory that the backend keeps
-// in memory (see tmpfsDisk), and returns its file system.
-func (s *Sandbox) fitDisk(ctx context.Context) (string, error) {
-	if s.cfg.limits.Disk <= 0 {
-		return driver.DiskMemory.String(), nil // unsized
-	}
-	caps, err := s.drv.Caps(ctx)
-	if err != nil || !caps.Disk.InMemory() {
-		return caps.Disk.String(), err
-	}
-	fit, err := tmpfsDisk(s.cfg.limits, s.cfg.diskSet, s.cfg.tmpSet)
-	if err != nil {
-		return "", err
-	}
-	if fit != s.cfg.limits {
-		s.log.LogAttrs(ctx, slog.LevelWarn, "sandbox.limits", slog.Int64("disk", fit.Disk), slog.Int64("tmp_size", fit.TmpSize),
-			slog.String("note", fmt.Sprintf("the working directory is a tmpfs here (RAM, counted towards Limits.Memory): "+
-				"the default Limits.Disk of %s (and /tmp and /dev/shm of %s each) made to fit in Limits.Memory of %s; raise Memory for more",
-				mib(s.cfg.limits.Disk), mib(s.cfg.limits.TmpSize), mib(s.cfg.limits.Memory))))
-		s.cfg.limits = fit
-	}
-	return caps.Disk.String(), nil
-}
-
-// spec is what the backend makes the sandbox's instance from.
-func (s *Sandbox) spec(netEnv []string) *driver.Spec {
-	l := s.cfg.limits
-	args := agentargs.Args{
-		User:  s.user,
-		Drawn: s.cfg.user == "", // the agent may move it into a rootless engine's IDs
-	}
-	if l.Lifetime > 0 {
-		args.Lifetime = ((l.Lifetime-1)/time.Second + 1) * time.Second // whole seconds, rounded up
-	}
-	if s.net != nil {
-		args.RelayPort = s.net.relayPort
-	}
-	spec := &driver.Spec{
-		Image:   s.cfg.image,
-		Pull:    s.cfg.pull == PullMissing,
-		Agent:   args,
-		Stderr:  s.stderr,
-		Workdir: s.cfg.workdir,
-		Env:     append(s.baseEnv(), netEnv...),
-		Labels:  s.cfg.labels,
-		Runtime: s.cfg.runtime,
-		Resources: driver.Resources{CPUs: l.CPUs, Memory: l.Memory, PIDs: l.PIDs, Disk: l.Disk, TmpSize: l.TmpSize,
-			FileSize: l.FileSize, OpenFiles: l.OpenFiles, Lifetime: l.Lifetime},
-		Log:     s.log,
-		Timeout: s.cfg.timeout,
-	}
-	if s.cfg.snapshot != "" {
-		spec.Pull = false // the snapshot's image was there
-		spec.Labels = maps.Clone(spec.Labels)
-		if spec.Labels == nil {
-			spec.Labels = map[string]string{}
-		}
-		spec.Labels[LabelSnapshot] = s.cfg.snapshot
-	}
-	if s.cfg.network.Open {
-		spec.Network = driver.NetworkOpen
-	}
-	return spec
-}
-
-// startAgent talks to the agent over the instance's stream until it has
-// said hello: it resolved the user in the image, gave it the working
-// directory, and found the limits in force.
-func (s *Sandbox) startAgent(ctx context.Context) error {
-	st := s.inst.Stream()
-	s.agent = agentconn.Start(st, st, s.cfg.timeout)
-	hello, err := s.agent.Ready(ctx)
-	if said := s.stderr.String(); errors.Is(err, agentconn.ErrGone) && said != "" {
-		// It said why it stopped: a user the image does not have, say.
-		return fmt.Errorf("sandbox: the sandbox's agent did not start: %s", said)
-	}
-	if err != nil {
-		return s.initErr("the sandbox's agent did not start"+s.stderr.say(), err)
-	}
-	s.uid, s.gid = int(hello.UID), int(hello.GID)
-	if err := checkSeen(s.cfg.limits, hello.Limits); err != nil {
-		return err
-	}
-	n, err := s.agent.OOMKills(ctx)
-	if err != nil {
-		return s.initErr("the sandbox's agent did not answer", err)
-	}
-	s.oomSeen = int64(n)
-	return nil
-}
-
-// keepAlive pings the agent every period until its stream ends, for a
-// backend whose idle streams are cut (driver.Caps.KeepAlive).
-func (s *Sandbox) keepAlive(every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.agent.Done():
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
-			s.agent.Ping(ctx) // a failure shows in the next request
-			cancel()
-		}
-	}
-}
-
-func (s *Sandbox) baseEnv() []string {
-	env := []string{"HOME=" + s.cfg.workdir, "PYTHONUNBUFFERED=1", "LANG=C.UTF-8"}
-	return append(env, s.cfg.env...) // later entries win
-}
+// minActivityPIDs is the smallest PIDs limit with the activity record on:
+// the minimum, 16, plus the monitor's two threads and room for commands.
+const minActivityPIDs = 24
 
 // tail keeps the last 4 KiB written to it.
 type tail struct {
@@ -593,7 +488,7 @@ func (s *Sandbox) check() error {
 }
 
 // goneErr is the error of operation op (if not "") on a sandbox whose
-// container has stopped, with what the engine says of why.
+// instance has stopped, with what the backend says of why.
 func (s *Sandbox) goneErr(op string, detail error) error {
 	msg := shortID(s.id) + " stopped " + s.goneWhy()
 	if op != "" {
@@ -604,6 +499,11 @@ func (s *Sandbox) goneErr(op string, detail error) error {
 	}
 	return fmt.Errorf("%w: %s", ErrSandboxGone, msg)
 }
+
+// oomAskTimeout bounds one question about the OOM killer (to the agent, or
+// to the engine about an ended instance): a short bound, because it is
+// asked on the way to reporting a failure that is already known.
+const oomAskTimeout = 2 * time.Second
 
 // goneWhy says why the instance stopped, asking the backend once: out of
 // memory if the kernel's OOM killer acted in it within a second of its
@@ -647,7 +547,7 @@ func (s *Sandbox) initErr(op string, err error) error {
 }
 
 func (s *Sandbox) pausedErr(op string) error {
-	return fmt.Errorf("%w: %s: %s is paused (docker pause from outside the library); unpause it to use it again",
+	return fmt.Errorf("%w: %s: %s is paused from outside the library (docker pause / podman pause); unpause it to use it again",
 		ErrUnresponsive, op, shortID(s.id))
 }
 
@@ -657,17 +557,10 @@ func (s *Sandbox) stateNow() driver.State { return s.inst.State(context.Backgrou
 // goneNow asks the backend whether the instance has stopped or gone.
 func (s *Sandbox) goneNow() bool { return s.stateNow() == driver.StateGone }
 
-func shortID(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
-}
-
-// Close stops the sandbox and removes its instance (container), its
-// volume and disk, and everything else it made. Commands still running
-// are killed. Close is idempotent and safe to call on a nil Sandbox; later
-// calls return the first call's result.
+// Close stops the sandbox and removes its instance and everything made
+// for it (on Docker and Podman: its container, volume and disk). Commands
+// still running are killed. Close is idempotent and safe to call on a nil
+// Sandbox; later calls return the first call's result.
 func (s *Sandbox) Close() error {
 	if s == nil {
 		return nil
@@ -687,6 +580,9 @@ func (s *Sandbox) Close() error {
 // teardown removes whatever create made so far.
 func (s *Sandbox) teardown() error {
 	var errs []error
+	if s.renewStop != nil {
+		close(s.renewStop)
+	}
 	if s.agent != nil {
 		s.agent.Close()
 	}
@@ -700,7 +596,10 @@ func (s *Sandbox) teardown() error {
 			<-s.agent.Done() // Remove closed the stream
 		}
 	}
-	s.closeNetwork()
+	s.exposed.closeAll()
+	if s.proxy != nil {
+		s.proxy.close()
+	}
 	if s.ownDrv {
 		s.drv.Close()
 	}
@@ -716,6 +615,9 @@ func (s *Sandbox) teardown() error {
 // (Close retries those too, once it answers). It returns how many objects
 // it removed. For a driver of your own, call its Prune.
 func Prune(ctx context.Context) (int, error) {
+	if DefaultDriver == nil {
+		return 0, errNoDefault
+	}
 	return DefaultDriver.Prune(ctx)
 }
 
@@ -724,4 +626,26 @@ func errAttr(err error) slog.Attr {
 		return slog.Attr{}
 	}
 	return slog.String("error", err.Error())
+}
+
+// testing hooks, set through export_test.go.
+
+func withResolver(f resolveFunc) Option {
+	return func(c *config) error { c.resolve = f; return nil }
+}
+
+func withTimeout(d time.Duration) Option {
+	return func(c *config) error { c.timeout = d; return nil }
+}
+
+// withExposeBounds replaces Expose's bounds for one sandbox.
+func withExposeBounds(idle, afterEOF time.Duration, maxConns int) Option {
+	return func(c *config) error {
+		c.expose = &exposeBounds{idle: idle, afterEOF: afterEOF, max: maxConns}
+		return nil
+	}
+}
+
+func withUpstreamRoots(p *x509.CertPool) Option {
+	return func(c *config) error { c.upstreamRoots = p; return nil }
 }

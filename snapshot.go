@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"runtime"
 	"sync"
 	"time"
@@ -51,9 +50,9 @@ const forkConcurrency = 8
 // file contents: it takes no engine time to make or to restore from, works
 // the same on every backend, and is gone when the snapshot is removed or
 // the process ends, however it ends (or when the garbage collector finds
-// the Snapshot unreachable). So a snapshot is restored only by the
-// process that took it; Image saves a copy on the engine (Docker) that
-// outlives the process.
+// the Snapshot unreachable). WriteTo writes it, settings and all, as an
+// archive that ReadSnapshot reads back in any process, on any machine;
+// Image saves a copy on the engine (Docker) that outlives the process.
 type Snapshot struct {
 	content *blob.Blob
 	cfg     config // the source's settings
@@ -173,8 +172,11 @@ func (s *Sandbox) capture(ctx context.Context, bound int64) (*blob.Blob, wire.Fi
 // or, for a tmpfs working directory, what its memory limit does. Only
 // sparse files can make the contents larger, and a snapshot would store
 // their holes in full.
-func (s *Sandbox) snapshotBound() int64 {
-	if l := s.cfg.limits; l.Disk > 0 {
+func (s *Sandbox) snapshotBound() int64 { return contentBound(s.cfg.limits) }
+
+// contentBound is snapshotBound for a sandbox of limits l.
+func contentBound(l Limits) int64 {
+	if l.Disk > 0 {
 		return l.Disk
 	} else if l.Memory > 0 {
 		return l.Memory
@@ -191,15 +193,6 @@ func archiveBound(contents int64) int64 {
 		return 0
 	}
 	return contents + wire.CaptureHeaderBound(contents) + wire.CaptureSlack
-}
-
-// skippedNames are the names of entries an archive left out, for a log.
-func skippedNames(names [][]byte) []string {
-	out := make([]string, len(names))
-	for i, n := range names {
-		out[i] = string(n)
-	}
-	return out
 }
 
 // restoreWorkdir fills the fresh working directory with the snapshot's
@@ -237,27 +230,15 @@ func (sn *Snapshot) New(ctx context.Context, opts ...Option) (*Sandbox, error) {
 }
 
 func (sn *Snapshot) start(ctx context.Context, opts []Option) (*Sandbox, error) {
-	if err := sn.acquire(); err != nil {
-		return nil, err
-	}
-	cfg := sn.cfg
-	cfg.env = append([]string(nil), sn.cfg.env...)
-	cfg.labels = maps.Clone(sn.cfg.labels)
-	cfg.limits = Limits{}
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			sn.release()
-			return nil, err
-		}
-	}
-	cfg.limits = cfg.limits.merge(sn.cfg.limits)
-	if err := cfg.limits.validate(); err != nil {
-		sn.release()
+	cfg, err := sn.cfg.with(opts)
+	if err != nil {
 		return nil, err
 	}
 	cfg.image, cfg.snapshot, cfg.base = sn.base, sn.ID(), sn.base
+	if err := sn.acquire(); err != nil {
+		return nil, err
+	}
 	var sb *Sandbox
-	var err error
 	if cfg.take != nil {
 		sb, err = cfg.take(ctx, &cfg)
 	} else {
@@ -317,7 +298,7 @@ func (sn *Snapshot) acquire() error {
 	sn.mu.Lock()
 	defer sn.mu.Unlock()
 	if sn.removed {
-		return fmt.Errorf("%w: snapshot %s was removed", ErrImageNotFound, shortID(sn.ID()))
+		return fmt.Errorf("%w: %s (Snapshot.Remove was called; take a new snapshot)", ErrSnapshotRemoved, sn.ID())
 	}
 	sn.users++
 	return nil
@@ -356,7 +337,10 @@ func (sn *Snapshot) Image(ctx context.Context) (string, error) {
 		return id, nil
 	}
 	start := time.Now()
-	d, own := sn.cfg.backend()
+	d, own, err := sn.cfg.backend()
+	if err != nil {
+		return "", fmt.Errorf("sandbox: snapshot image: %w", err)
+	}
 	if own {
 		defer d.Close()
 	}
@@ -364,7 +348,7 @@ func (sn *Snapshot) Image(ctx context.Context) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("sandbox: snapshot image: %w (%T)", ErrUnsupported, d)
 	}
-	id, err := st.CommitSnapshot(ctx, driver.CommitRequest{
+	id, err = st.CommitSnapshot(ctx, driver.CommitRequest{
 		Base: sn.base, Content: sn.content.Reader(), Source: sn.source, Timeout: sn.cfg.timeout,
 	})
 	sn.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "sandbox.snapshot.image", slog.String("snapshot", sn.ID()),
@@ -381,7 +365,8 @@ func (sn *Snapshot) Image(ctx context.Context) (string, error) {
 // Remove deletes the snapshot: its content once the last sandbox being
 // restored from it has its files (sandboxes restored from it keep
 // running), and its image if Image made one. New, Fork and Image fail
-// after Remove.
+// after Remove with an error wrapping ErrSnapshotRemoved; Remove again
+// does nothing.
 func (sn *Snapshot) Remove(ctx context.Context) error {
 	sn.commit.Lock() // not while Image commits
 	defer sn.commit.Unlock()
@@ -409,7 +394,10 @@ func (sn *Snapshot) Remove(ctx context.Context) error {
 func (sn *Snapshot) deleteImage(ctx context.Context, image string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultTimeout)
 	defer cancel()
-	d, own := sn.cfg.backend()
+	d, own, err := sn.cfg.backend()
+	if err != nil {
+		return fmt.Errorf("sandbox: remove snapshot: %w", err)
+	}
 	if own {
 		defer d.Close()
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/internal/testenv"
 )
 
 // manyLinksScript makes, in directory many, n hard links (names of 250
@@ -47,6 +48,7 @@ print(n, len(inos))
 // captured: the source survives (it answers Exec), and the restore has
 // every name, linked to one file (stored and counted once).
 func TestSnapshotManyNames(t *testing.T) {
+	testenv.Requires(t, testenv.DiskExt4) // the agent squeezed under a small Memory while the names live on disk
 	t.Parallel()
 	const n = 200000
 	src := newPython(t, sandbox.WithLimits(sandbox.Limits{Memory: 48 << 20}))

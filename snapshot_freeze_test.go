@@ -1,8 +1,10 @@
 package sandbox_test
 
-// Snapshot's freeze against sandboxes whose processes resist it: a writer
-// resumed without pause by a partner (SIGCONT), a process a POSIX timer
-// resumes every millisecond.
+// Snapshot's freeze of the source's processes: a file rewritten without
+// pause is captured whole, a fork bomb or a snapshot cut short leaves no
+// process stopped, a process its user stopped stays stopped; and sandboxes
+// whose processes resist the freeze: a writer resumed without pause by a
+// partner (SIGCONT), a process a POSIX timer resumes every millisecond.
 
 import (
 	"context"
@@ -12,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -262,4 +265,142 @@ func TestSnapshotUnstoppable(t *testing.T) {
 		waitExec(t, src, fmt.Sprintf("test $(wc -l < /tmp/ticks) -gt %d", n))
 	}
 	t.Logf("%d of 3 snapshots failed with ErrNotStopped; %d reads of the writer's input", failed, in.reads.Load())
+}
+
+// TestSnapshotProcesses: Snapshot stops the sandbox's processes while it
+// reads the files and resumes them afterwards: a file rewritten without
+// pause is captured whole (one generation, never torn), a fork bomb does
+// not keep the snapshot from finishing, a process its user stopped stays
+// stopped, and files and directories the user closed to themselves are
+// captured with their modes.
+func TestSnapshotProcesses(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	src := newSandbox(t, sandbox.WithLimits(sandbox.Limits{PIDs: 64}))
+	snapRun(t, src, "mkdir closed && echo inside > closed/f && chmod 000 closed/f closed", 0)
+
+	// A process that stopped itself (the user's SIGSTOP).
+	stopped := src.Command(ctx, "sh", "-c", `echo $$ > /tmp/stopped.pid; kill -STOP $$; echo resumed > /tmp/resumed`)
+	if err := stopped.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitExec(t, src, `test -s /tmp/stopped.pid && grep -q '^State:.*T' /proc/$(cat /tmp/stopped.pid)/status`)
+
+	// A writer that rewrites f, 256 KiB of one letter, then the other.
+	wctx, stopWriter := context.WithCancel(ctx)
+	defer stopWriter()
+	writer := src.Command(wctx, "sh", "-c", `c=a; while :; do head -c 262144 /dev/zero | tr '\0' $c > f; if [ $c = a ]; then c=b; else c=a; fi; done`)
+	if err := writer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitExec(t, src, "test -s f")
+	for i := range 4 {
+		sn := takeSnapshot(t, src)
+		r := restore(t, sn)
+		out := snapRun(t, r, `n=$(wc -c < f); a=$(tr -d a < f | wc -c); b=$(tr -d b < f | wc -c); echo "$n $a $b"`, 0)
+		var n, notA, notB int
+		fmt.Sscan(out, &n, &notA, &notB)
+		if notA != 0 && notB != 0 {
+			t.Errorf("snapshot %d: f of %d bytes is torn: %d bytes not 'a', %d not 'b'", i, n, notA, notB)
+		}
+		if i == 0 {
+			if got := snapRun(t, r, `stat -c %a closed; chmod 700 closed; stat -c %a closed/f; chmod 600 closed/f; cat closed/f`, 0); got != "0\n0\ninside\n" {
+				t.Errorf("the closed directory and file restored: %q", got)
+			}
+		}
+	}
+	// The source's own closed files keep their modes.
+	if got := snapRun(t, src, "stat -c %a closed", 0); got != "0\n" {
+		t.Errorf("the source's closed directory after the snapshots: mode %q", got)
+	}
+	// The writer was resumed: it still runs and still writes.
+	snapRun(t, src, `s=$(stat -c %Y.%s f; md5sum < f); i=0; while [ "$(stat -c %Y.%s f; md5sum < f)" = "$s" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; [ $i -lt 200 ]`, 0)
+
+	// A fork bomb (bounded by the PIDs limit) does not hold the snapshot
+	// up; afterwards it is killed like any command.
+	bctx, stopBomb := context.WithCancel(ctx)
+	bomb := src.Command(bctx, "sh", "-c", `b() { echo x; b & b; }; b`)
+	forking := make(chan struct{})
+	bomb.Stdout = &firstWrite{c: forking}
+	if err := bomb.Start(); err != nil {
+		t.Fatal(err)
+	}
+	<-forking
+	sn, err := src.Snapshot(ctx)
+	if err != nil {
+		t.Errorf("Snapshot during a fork bomb: %v", err)
+	} else {
+		sn.Remove(ctx)
+	}
+	stopBomb()
+	bomb.Wait()
+	stopWriter()
+	writer.Wait()
+
+	// Still stopped, never resumed by a snapshot.
+	if got := snapRun(t, src, `grep '^State:' /proc/$(cat /tmp/stopped.pid)/status | cut -c8; test ! -e /tmp/resumed`, 0); got != "T\n" {
+		t.Errorf("the user's stopped process after the snapshots: state %q", got)
+	}
+	snapRun(t, src, `kill -CONT $(cat /tmp/stopped.pid)`, 0)
+	if err := stopped.Wait(); err != nil {
+		t.Errorf("the stopped process, resumed: %v", err)
+	}
+}
+
+// TestSnapshotCancel: a snapshot whose context ends while the files are
+// read fails with the context's error, and leaves no process of the
+// source stopped. The deadline grows until a snapshot gets through.
+func TestSnapshotCancel(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	src := newSandbox(t)
+	snapRun(t, src, "head -c 67108864 /dev/urandom > big", 0)
+	tctx, stopTicker := context.WithCancel(ctx)
+	defer stopTicker()
+	ticker := src.Command(tctx, "sh", "-c", "while :; do echo tick >> /tmp/ticks; sleep 0.01; done")
+	if err := ticker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer ticker.Wait()
+	defer stopTicker()
+	waitExec(t, src, "test -s /tmp/ticks")
+	cancelled := 0
+	for d := time.Millisecond; ; d *= 2 {
+		sctx, cancel := context.WithTimeout(ctx, d)
+		sn, err := src.Snapshot(sctx)
+		cancel()
+		if err == nil {
+			sn.Remove(ctx)
+			break
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Snapshot with a deadline of %v: %v; want context.DeadlineExceeded", d, err)
+		}
+		cancelled++
+		// Nothing is left stopped: no process in state T, and the ticker
+		// ticks on.
+		n := snapRun(t, src, "wc -l < /tmp/ticks", 0)
+		if got := snapRun(t, src, `grep -l '^State:.*T' /proc/[0-9]*/status 2>/dev/null | wc -l`, 0); got != "0\n" {
+			t.Fatalf("after a Snapshot cut at %v: %s processes stopped", d, strings.TrimSpace(got))
+		}
+		waitExec(t, src, fmt.Sprintf("test $(wc -l < /tmp/ticks) -gt %s", strings.TrimSpace(n)))
+		if d > time.Minute {
+			t.Fatal("no snapshot got through")
+		}
+	}
+	if cancelled == 0 {
+		t.Error("no snapshot was cut short")
+	}
+	t.Logf("%d snapshots cut short before one got through", cancelled)
+}
+
+// firstWrite closes c at its first write.
+type firstWrite struct {
+	c    chan struct{}
+	once sync.Once
+}
+
+func (w *firstWrite) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.c) })
+	return len(p), nil
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // soakN is the number of sandbox lifecycles TestSoak runs; 0 skips it.
@@ -494,14 +495,17 @@ func (l *soakLife) kill(ctx context.Context, sb *sandbox.Sandbox) error {
 	// No sleep 100 may be left. The kernel reaps asynchronously: poll.
 	var ps string
 	if err := l.timed("reap", "kill ps", func() error {
-		deadline := time.Now().Add(soakReapGuard)
-		for {
+		rctx, cancel := context.WithTimeout(ctx, soakReapGuard)
+		defer cancel()
+		var psErr error // ends the wait: waiting will not cure it
+		err := sandboxtest.Poll(rctx, 100*time.Millisecond, func() (bool, string) {
 			r, err := sb.Exec(ctx, "ps -o pid,ppid,stat,args")
-			if err != nil {
-				return err
+			if err == nil && r.ExitCode != 0 {
+				err = fmt.Errorf("ps: exit %d, stderr %q", r.ExitCode, r.Stderr)
 			}
-			if r.ExitCode != 0 {
-				return fmt.Errorf("ps: exit %d, stderr %q", r.ExitCode, r.Stderr)
+			if err != nil {
+				psErr = err
+				return true, ""
 			}
 			ps = r.Stdout
 			left := 0
@@ -510,14 +514,12 @@ func (l *soakLife) kill(ctx context.Context, sb *sandbox.Sandbox) error {
 					left++
 				}
 			}
-			if left == 0 {
-				return nil
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%d sleep 100 processes left %v after the kill:\n%s", left, soakReapGuard, ps)
-			}
-			time.Sleep(100 * time.Millisecond)
+			return left == 0, fmt.Sprintf("%d sleep 100 processes left %v after the kill:\n%s", left, soakReapGuard, ps)
+		})
+		if psErr != nil {
+			return psErr
 		}
+		return err
 	}); err != nil {
 		return err
 	}
@@ -632,21 +634,22 @@ func soakMeasure(ctx context.Context, tmp string) (soakState, error) {
 // soakSettle polls for up to soakLeakWait until the counters are back to
 // base, and returns the last measurement and whether they were.
 func soakSettle(base soakState, tmp string) (soakState, bool, error) {
-	deadline := time.Now().Add(soakLeakWait)
-	for {
-		now, err := soakMeasure(context.Background(), tmp)
-		if err != nil {
-			return now, false, err
-		}
-		ok := now.goroutines <= base.goroutines+soakGoroutineSlack &&
-			now.fds <= base.fds &&
-			now.objects == base.objects &&
-			len(now.ourLoops) <= len(base.ourLoops)
-		if ok || time.Now().After(deadline) {
-			return now, ok, nil
-		}
-		time.Sleep(250 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), soakLeakWait)
+	defer cancel()
+	var now soakState
+	var measureErr error // ends the wait: waiting will not cure it
+	err := sandboxtest.Poll(ctx, 250*time.Millisecond, func() (bool, string) {
+		now, measureErr = soakMeasure(context.Background(), tmp)
+		return measureErr != nil ||
+			now.goroutines <= base.goroutines+soakGoroutineSlack &&
+				now.fds <= base.fds &&
+				now.objects == base.objects &&
+				len(now.ourLoops) <= len(base.ourLoops), ""
+	})
+	if measureErr != nil {
+		return now, false, measureErr
 	}
+	return now, err == nil, nil
 }
 
 // soakLeakReport describes what is above the baseline, with the evidence.

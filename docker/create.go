@@ -21,7 +21,6 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/agentsandbox/sandbox/driver"
-	"github.com/agentsandbox/sandbox/driver/owner"
 	"github.com/agentsandbox/sandbox/driver/seccomp"
 	"github.com/agentsandbox/sandbox/internal/disk"
 	"github.com/agentsandbox/sandbox/internal/engine"
@@ -38,6 +37,13 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ driver.Instan
 	in.spec.Timeout = cmp.Or(in.spec.Timeout, d.cfg.Timeout)
 	in.spec.Log = cmp.Or(in.spec.Log, slog.New(slog.DiscardHandler))
 	in.image = spec.Image
+	in.name = objectName("sandbox")
+	if in.leased() {
+		in.spec.Agent.Listen = agentSocket
+	}
+	if err := d.checkRuntime(ctx, spec.Runtime); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			in.Remove(context.WithoutCancel(ctx))
@@ -111,7 +117,7 @@ func (in *instance) createVolume(ctx context.Context) error {
 	}
 	size := in.spec.Resources.Disk
 	in.volume = objectName("workdir")
-	opts := volume.CreateOptions{Name: in.volume, Driver: "local", Labels: owner.Labels("workdir", nil)}
+	opts := volume.CreateOptions{Name: in.volume, Driver: "local", Labels: in.labels("workdir", nil)}
 	switch {
 	case size > 0 && in.d.diskBacking() != nil:
 		// No loop devices here (not root, or the engine is elsewhere): a
@@ -208,16 +214,17 @@ func (in *instance) createContainer(ctx context.Context) error {
 		User:         "0:0", // the agent; commands run as the sandbox user
 		WorkingDir:   in.spec.Workdir,
 		Env:          in.spec.Env,
-		Labels:       owner.Labels("sandbox", in.spec.Labels),
+		Labels:       in.sandboxLabels(),
 		Hostname:     "sandbox",
-		AttachStdin:  true,
-		AttachStdout: true,
-		AttachStderr: true,
-		OpenStdin:    true,
-		StdinOnce:    true,
+		AttachStdin:  !in.leased(),
+		AttachStdout: !in.leased(),
+		AttachStderr: !in.leased(),
+		OpenStdin:    !in.leased(), // a leased sandbox has no tether (see lease.go)
+		StdinOnce:    !in.leased(),
 	}
 	hc := &container.HostConfig{
-		AutoRemove:     true,
+		AutoRemove: !in.leased(), // an ended leased sandbox stays known until Prune
+
 		NetworkMode:    "none",
 		CapDrop:        []string{"ALL"},
 		CapAdd:         driver.AgentCaps,
@@ -275,7 +282,6 @@ func (in *instance) createContainer(ctx context.Context) error {
 		res.Ulimits = append(res.Ulimits, podmanUlimits()...)
 	}
 	hc.Sysctls = ipcSysctls(r)
-	in.name = objectName("sandbox")
 	dctx, cancel := detached(ctx)
 	created, err := in.cli.ContainerCreate(dctx, cc, hc, nil, nil, in.name)
 	cancel()
@@ -285,6 +291,9 @@ func (in *instance) createContainer(ctx context.Context) error {
 	in.id = created.ID
 	if err := ctxErr(ctx, "create container"); err != nil {
 		return err
+	}
+	if in.leased() {
+		return in.startLeased(ctx, agentVol)
 	}
 	if in.attach, err = engine.Attach(ctx, in.spec.Timeout, func(ctx context.Context) (types.HijackedResponse, error) {
 		return in.cli.ContainerAttach(ctx, in.id, container.AttachOptions{
@@ -310,6 +319,13 @@ func (in *instance) createContainer(ctx context.Context) error {
 		stderr = io.Discard
 	}
 	in.stream = newStream(in.attach, engine.Demux(in.attach.Reader, stderr))
+	return in.start(ctx, agentVol)
+}
+
+// start starts the container, and bounds its TCP buffers before any
+// command runs: the kernel counts a socket against the bound only if it
+// was set when the socket was made.
+func (in *instance) start(ctx context.Context, agentVol string) error {
 	if err := in.cli.ContainerStart(ctx, in.id, container.StartOptions{}); err != nil {
 		if engine.IsMissingEntrypoint(err, agentDir+"/agent") {
 			in.d.forgetAgentVolume(agentVol)
@@ -320,12 +336,19 @@ func (in *instance) createContainer(ctx context.Context) error {
 		}
 		return in.err("start container", err)
 	}
-	// Before any command runs: the kernel counts a socket against the
-	// bound only if it was set when the socket was made.
 	if err := in.boundTCPMemory(ctx); err != nil && !errors.Is(err, errTCPMemUnsupported) {
 		return err
 	}
 	return nil
+}
+
+// startLeased starts a leased sandbox's container and its creator's
+// session, through the agent's relay (see lease.go).
+func (in *instance) startLeased(ctx context.Context, agentVol string) error {
+	if err := in.start(ctx, agentVol); err != nil {
+		return err
+	}
+	return in.relay(ctx)
 }
 
 // errAgentMissing is a container that did not start because the agent's
@@ -344,6 +367,26 @@ func (in *instance) discardContainer() {
 	in.id, in.attach, in.stream = "", types.HijackedResponse{}, nil
 }
 
+// checkRuntime refuses a runtime the engine would not use. Podman's
+// Docker-compatible API takes HostConfig.Runtime and ignores it (Podman
+// 4.3: the container runs under the engine's default runtime, runc, and
+// its compatible inspect says "oci"), so a sandbox asked to run under
+// gVisor would silently run without it.
+func (d *Driver) checkRuntime(ctx context.Context, runtime string) error {
+	if runtime == "" {
+		return nil
+	}
+	info, err := d.engineInfo(ctx)
+	if err != nil {
+		return err
+	}
+	if info.Podman {
+		return fmt.Errorf("%w: runtime %q: Podman's Docker-compatible API ignores the runtime asked for and would run the sandbox under its default one; "+
+			"set the runtime for the whole engine in containers.conf ([engine] runtime) and leave WithRuntime out, or use Docker", driver.ErrUnsupported, runtime)
+	}
+	return nil
+}
+
 // objectName returns a fresh, unique name for an engine object of the given
 // kind. Objects are named by the library, not the engine, so that one whose
 // create request timed out (it may have happened all the same) can still be
@@ -358,10 +401,14 @@ func objectName(kind string) string {
 // not cancelled with ctx: a request cancelled in flight may still have been
 // carried out, and the object would be left behind, unknown to Remove.
 // Callers check ctx (ctxErr) once they hold the object's ID. The bound is
-// generous: a commit's time grows with the files committed.
+// detachedBound.
 func detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+	return context.WithTimeout(context.WithoutCancel(ctx), detachedBound)
 }
+
+// detachedBound bounds a call that makes an engine object (see detached):
+// generous, because a commit's time grows with the files committed.
+const detachedBound = 5 * time.Minute
 
 // ctxErr returns ctx's error, if any, as the failure of op.
 func ctxErr(ctx context.Context, op string) error {

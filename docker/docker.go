@@ -11,18 +11,111 @@
 // Each sandbox is a container whose main process is the library's agent,
 // mounted read-only from a volume that holds the agent's program for the
 // engine's architecture (filled once per engine and re-checked when found
-// missing); its working directory is a volume of its own (a loop-mounted
-// ext4 image of Limits.Disk where this process is root on the engine's
-// host, else a tmpfs of that size); NetworkPolicy{Open: true} gets a
-// bridge network of its own with host firewall rules that keep the host's
-// services and other sandboxes out (root and iptables on the engine's
-// host, else sandbox.ErrNetworkUnsupported). A snapshot's image, when asked
-// for (sandbox.Snapshot.Image), is the sandbox's image and one layer made
-// from the snapshot's content, committed from a never-started container.
+// missing). The library keeps the container's stdin attached (StdinOnce):
+// when the owning process closes the sandbox or dies, the agent's stdin
+// ends, the container ends and the engine removes it (AutoRemove). A
+// snapshot's image, when asked for (sandbox.Snapshot.Image), is the
+// sandbox's image and one layer made from the snapshot's content,
+// committed from a never-started container.
+//
+// # How the sandbox package's promises are kept here
+//
+//   - User and privileges: the container drops every capability but the
+//     agent's (driver.AgentCaps), with no-new-privileges, the library's
+//     seccomp profile (package seccomp; Podman reads it from a file this
+//     process writes, so a local socket only), the engine's masked /proc
+//     paths, a private IPC namespace and no log driver; the agent runs
+//     commands as the sandbox's user with no capabilities.
+//   - Files: a read-only root file system. /tmp and /dev/shm are tmpfs
+//     mounts of Limits.TmpSize with one inode per 8 KiB (Podman 4.3
+//     refuses nr_inodes: there Memory is their only bound on files); on
+//     Podman, which mounts a writable tmpfs at /run and /var/tmp, a
+//     read-only one of the driver's own covers each.
+//   - Disk: the working directory is a volume of its own: an ext4 image of
+//     Limits.Disk on a loop device (sparse, deleted from the host file
+//     system once attached) where this process is root on the engine's
+//     host with e2fsprogs and the engine is local; else a tmpfs of that
+//     size the engine mounts, counted towards Memory (Config.TmpfsWorkdir
+//     chooses it always). Driver.Caps says which.
+//   - CPUs, Memory, PIDs: the container's CFS quota, memory cgroup (swap
+//     equal to memory: none) and pids cgroup. FileSize, OpenFiles and
+//     POSIX message queues (800 KiB): the container's resource limits.
+//     Podman is also given RLIMIT_NPROC 16384, which the agent is exempt
+//     from. On cgroup v1, where a sandbox's TCP buffers count towards no
+//     memory limit, the driver bounds them at a quarter of Memory
+//     (memory.kmem.tcp) where it is root on the engine's host. Rootless
+//     Podman on cgroup v1 applies none of these limits: the agent sees so
+//     and sandbox.New fails with sandbox.ErrLimitsUnsupported.
+//   - Network: NetworkMode "none", so the container has only loopback;
+//     allow-lists, credentials and Expose travel over the agent's stream
+//     and need nothing of the engine's host. NetworkPolicy{Open: true}
+//     gets a bridge network of its own (a /28 from 10.213.0.0/16) with
+//     host firewall rules (iptables, INPUT, scoped to its bridge) that keep
+//     the host's services and other sandboxes out: root and iptables on
+//     the engine's host, else sandbox.ErrNetworkUnsupported
+//     (Config.NoFirewall refuses it always).
+//   - gVisor: sandbox.WithRuntime("runsc") sets the container's runtime;
+//     everything above is asked of the engine as with runc, but the
+//     seccomp profile is not in force there (see package seccomp), and
+//     only commands, their kill, files, the user and the lack of a network
+//     are tested under it. On Podman, WithRuntime fails with
+//     sandbox.ErrUnsupported: its Docker-compatible API ignores the runtime
+//     asked for, and the sandbox would run under runc.
+//
+// Podman does not report why a sandbox died (the engine's events), a pause
+// from outside (a paused container still answers) or a removed agent
+// volume, and has no snapshot image (sandbox.ErrUnsupported).
 //
 // Every object carries the labels dev.agentsandbox.managed=true,
 // dev.agentsandbox.owner (host, boot, process ID and start time) and
 // dev.agentsandbox.kind, so Prune removes only what dead processes left.
+//
+// # Limits
+//
+// How this backend puts sandbox.Limits in force:
+//
+//   - CPUs: the container's CPU quota (CFS).
+//   - Memory: the container's memory cgroup, swap disabled. The kernel
+//     buffers of the sandbox's own TCP sockets count towards it on cgroup
+//     v2; on cgroup v1 they count towards no memory limit, so they are
+//     bounded apart, at a quarter of Memory (at least 16 MiB), in
+//     memory.kmem.tcp, which the library writes itself where it is root on
+//     the engine's host (runc ignores the engine's setting); past it the
+//     sandbox's sockets stall, the agent does not. Elsewhere on cgroup v1
+//     they are unbounded.
+//   - PIDs: the container's pids cgroup, which counts the sandbox's
+//     processes and threads. On Podman, which as root raises RLIMIT_NPROC
+//     past what some hosts allow, the sandbox's user also gets an
+//     RLIMIT_NPROC of 16384.
+//   - Disk: where this process is root on the engine's host, with
+//     e2fsprogs, and the engine is on this host (a unix socket), the
+//     working directory is an ext4 image of that size on a loop device,
+//     mounted as a volume: its files are on disk, with the inodes
+//     mkfs.ext4 gives it (driver.DiskExt4). Elsewhere (a docker-group
+//     user, a remote engine, Config.TmpfsWorkdir) it is a tmpfs of that
+//     size mounted by the engine, whose files count towards Memory
+//     (driver.DiskMemory; Caps.DiskWhy says why). /etc/hosts,
+//     /etc/hostname and /etc/resolv.conf are read-only with the read-only
+//     root file system.
+//   - Files: the nr_inodes of each tmpfs. Podman (4.3) refuses the
+//     option: there Memory is the only bound on a tmpfs's inodes.
+//   - FileSize, OpenFiles: the container's resource limits. One above the
+//     daemon's own hard limit (raising it needs a privilege the runtime
+//     does not have; the engine says "error setting rlimit") fails with
+//     sandbox.ErrLimitsUnsupported naming the limit.
+//   - Lifetime: the agent ends the container, which the engine removes
+//     (auto-remove).
+//
+// # Network
+//
+// The zero policy and allow-lists give the container no network but
+// loopback (network mode none): the allow-list's proxy runs in the
+// library's process, reached through the agent. NetworkPolicy{Open:
+// true} gives the sandbox a bridge network of its own, with host firewall
+// rules (iptables) that keep the host's services, other sandboxes and the
+// engine's networks out of reach: that needs root on the engine's host,
+// iptables, and a runc runtime, else New fails with
+// sandbox.ErrNetworkUnsupported (and so it does with Config.NoFirewall).
 package docker
 
 import (
@@ -90,6 +183,7 @@ type Driver struct {
 var (
 	_ driver.Driver      = (*Driver)(nil)
 	_ driver.Snapshotter = (*Driver)(nil)
+	_ driver.Lister      = (*Driver)(nil)
 )
 
 // New returns a Driver for the engine cfg names. It does not connect: the
@@ -169,7 +263,11 @@ func (d *Driver) engineInfo(ctx context.Context) (engine.Info, error) {
 	if err != nil {
 		return engine.Info{}, d.err("engine version", err)
 	}
-	i := engine.InfoOf(v)
+	si, err := cli.SystemInfo(ctx)
+	if err != nil {
+		return engine.Info{}, d.err("engine info", err)
+	}
+	i := engine.InfoOf(v, si)
 	d.mu.Lock()
 	d.info = &i
 	d.mu.Unlock()
@@ -178,12 +276,28 @@ func (d *Driver) engineInfo(ctx context.Context) (engine.Info, error) {
 
 // Caps reports that a working directory with a size limit is a
 // loop-mounted ext4 image where this process may make one (root on the
-// engine's host), else a tmpfs.
-func (d *Driver) Caps(context.Context) (driver.Caps, error) {
-	if d.diskBacking() != nil {
-		return driver.Caps{Disk: driver.DiskMemory}, nil
+// engine's host), else a tmpfs; which engine this is, as it says of
+// itself (Docker, or Podman, rootful or rootless); and that a rootless
+// engine on cgroup v1 puts no resource limits in force (Podman's drops
+// cgroup limits and rlimits alike there). It asks the engine
+// the first time, and fails as a request would if the engine cannot be
+// reached.
+func (d *Driver) Caps(ctx context.Context) (driver.Caps, error) {
+	info, err := d.engineInfo(ctx)
+	if err != nil {
+		return driver.Caps{}, err
 	}
-	return driver.Caps{Disk: driver.DiskExt4}, nil
+	caps := driver.Caps{Disk: driver.DiskExt4, Engine: driver.EngineDocker, NoResourceLimits: info.Rootless && info.CgroupV1}
+	if err := d.diskBacking(); err != nil {
+		caps.Disk, caps.DiskWhy = driver.DiskMemory, "no loop-mounted disk here: "+err.Error()
+	}
+	switch {
+	case info.Podman && info.Rootless:
+		caps.Engine = driver.EnginePodmanRootless
+	case info.Podman:
+		caps.Engine = driver.EnginePodman
+	}
+	return caps, nil
 }
 
 // diskBacking says why the working directory cannot be a loop-mounted

@@ -86,6 +86,11 @@ func (in *instance) streamEnded(wait time.Duration) bool {
 	}
 }
 
+// streamEndWait is how long stateAfterFailure waits for the agent's stream
+// to end when the engine still sees the container running: the engine's
+// view lags the kill by a moment.
+const streamEndWait = time.Second
+
 // stateTimeout bounds State's one inspect request (less than the
 // Timeout when that is longer): State is asked while deciding how to
 // report a failure already seen.
@@ -120,7 +125,7 @@ func (in *instance) stateAfterFailure() driver.State {
 		return driver.StateGone
 	}
 	st := in.State(context.Background())
-	if (st == driver.StateRunning || st == driver.StateUnknown) && in.streamEnded(time.Second) {
+	if (st == driver.StateRunning || st == driver.StateUnknown) && in.streamEnded(streamEndWait) {
 		return driver.StateGone
 	}
 	return st
@@ -142,7 +147,7 @@ func (in *instance) err(op string, err error) error {
 }
 
 func pausedErr(op, id string) error {
-	return fmt.Errorf("%w: %s: %s is paused (docker pause from outside the library); unpause it to use it again",
+	return fmt.Errorf("%w: %s: %s is paused from outside the library (docker pause / podman pause); unpause it to use it again",
 		driver.ErrUnresponsive, op, shortID(id))
 }
 
@@ -179,6 +184,13 @@ func (in *instance) Remove(ctx context.Context) error {
 	if in.volume != "" {
 		if err := removeVolume(ctx, in.cli, in.volume); err != nil {
 			in.d.remember(leftover.Volume, in.volume, err)
+			errs = append(errs, err)
+		}
+	}
+	if in.leased() && len(errs) == 0 {
+		// Opened from another process: what was made for it is known
+		// by its label only.
+		if err := removeMadeFor(ctx, in.cli, in.name); err != nil {
 			errs = append(errs, err)
 		}
 	}

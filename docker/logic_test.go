@@ -267,3 +267,29 @@ func TestUnitLeftoversPerDriver(t *testing.T) {
 		t.Fatalf("second prune: %d, %v, removed %v; want v1 too", n, err, fe.removed)
 	}
 }
+
+// What Prune takes of a leased sandbox: what has ended, whatever its
+// maker; never what runs; what never started only once its maker died.
+func TestUnitLeaseOver(t *testing.T) {
+	dead := "another-host-is-never-dead/x/1/1" // Dead is false: not this host
+	for _, c := range []struct {
+		state string
+		found bool
+		want  bool
+	}{
+		{"", false, true},
+		{"exited", true, true},
+		{"dead", true, true},
+		{"stopped", true, true}, // Podman, before its clean-up
+		{"running", true, false},
+		{"paused", true, false},
+		{"restarting", true, false},
+		{"removing", true, false},
+		{"unknown", true, false},
+		{"created", true, false},
+	} {
+		if got := leaseOver(c.state, c.found, dead); got != c.want {
+			t.Errorf("leaseOver(%q, %v) = %v, want %v", c.state, c.found, got, c.want)
+		}
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"github.com/docker/docker/api/types/network"
 
 	"github.com/agentsandbox/sandbox/driver"
-	"github.com/agentsandbox/sandbox/driver/owner"
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/firewall"
 	"github.com/agentsandbox/sandbox/internal/leftover"
@@ -61,7 +60,7 @@ func (in *instance) createOpenNetwork(ctx context.Context) error {
 				"com.docker.network.bridge.name":       n.bridge,
 				"com.docker.network.bridge.enable_icc": "false",
 			},
-			Labels: owner.Labels("network", nil),
+			Labels: in.labels("network", nil),
 		})
 		cancel()
 		if err == nil {

@@ -11,16 +11,42 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 
+	"github.com/agentsandbox/sandbox/driver"
 	"github.com/agentsandbox/sandbox/driver/owner"
 	"github.com/agentsandbox/sandbox/internal/engine"
 	"github.com/agentsandbox/sandbox/internal/firewall"
 )
 
+// Owned lists the containers (running or not), volumes, networks and
+// snapshot images that process pid on this host made through the library
+// on this Driver's engine; pid 0 means this process. For another pid, the
+// objects of every process that has had that pid since the host booted
+// are listed. The order is by type, then ID. It is the driver.Lister that
+// package sandboxtest asks for what tests left behind.
+func (d *Driver) Owned(ctx context.Context, pid int) ([]driver.Object, error) {
+	cli, err := d.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := engine.Owned(ctx, cli, pid)
+	if err != nil {
+		return nil, d.err("list the library's objects", err)
+	}
+	out := make([]driver.Object, len(objs))
+	for i, o := range objs {
+		out[i] = driver.Object(o)
+	}
+	return out, nil
+}
+
 // Prune removes the containers, volumes, networks (with their firewall
 // rules) and snapshot images that processes on this host left behind when
 // they died, and the objects whose removal this Driver's engine did not
 // answer earlier. It never touches objects whose owner still runs (such as
-// another test run beside this one) or that were made on another host.
+// another test run beside this one) or that were made on another host. A
+// leased sandbox (driver.Spec.Agent.Lease) has no owner: it and what was
+// made for it are left while its container runs, whoever made it, and
+// removed once it has ended.
 func (d *Driver) Prune(ctx context.Context) (int, error) {
 	cli, err := d.client(ctx)
 	if err != nil {
@@ -40,8 +66,9 @@ func (d *Driver) prune(ctx context.Context, cli engine.API,
 	if err != nil {
 		return 0, fmt.Errorf("sandbox: prune: %w", err)
 	}
+	leased := map[string]string{} // a leased sandbox's name: its container's state
 	for _, c := range cs {
-		if owner.Dead(c.Labels[owner.LabelOwner]) {
+		if prunable(ctx, cli, c.Labels, leased) {
 			err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 			if err == nil {
 				n++
@@ -55,7 +82,7 @@ func (d *Driver) prune(ctx context.Context, cli engine.API,
 		return n, fmt.Errorf("sandbox: prune: %w", err)
 	}
 	for _, v := range vs.Volumes {
-		if owner.Dead(v.Labels[owner.LabelOwner]) {
+		if prunable(ctx, cli, v.Labels, leased) {
 			if err := removeVolume(ctx, cli, v.Name); err != nil {
 				errs = append(errs, err)
 			} else {
@@ -68,7 +95,7 @@ func (d *Driver) prune(ctx context.Context, cli engine.API,
 		return n, fmt.Errorf("sandbox: prune: %w", err)
 	}
 	for _, nw := range nets {
-		if owner.Dead(nw.Labels[owner.LabelOwner]) {
+		if prunable(ctx, cli, nw.Labels, leased) {
 			if err := cli.NetworkRemove(ctx, nw.ID); err == nil {
 				n++
 			} else if !engine.IsNotFound(err) {

@@ -40,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"time"
 
@@ -79,11 +80,70 @@ type Caps struct {
 	// count towards Resources.Memory, so the sandbox package fits it in
 	// Memory beside /tmp and /dev/shm; or DiskExt4, a disk of its own.
 	Disk DiskKind
+	// DiskWhy says, in the backend's words, why the working directory is
+	// DiskMemory here ("not root on this host", "a remote engine"), for
+	// the sandbox package's messages about fitting it in memory; "" if
+	// the backend has nothing to say.
+	DiskWhy string
 	// KeepAlive, if > 0, is how often the sandbox package pings each
 	// instance's agent, so that an idle stream is not cut by the engine
 	// (Kubernetes: the kubelet's streamingConnectionIdleTimeout).
 	KeepAlive time.Duration
+	// Engine is the kind of engine the backend drives, for programs and
+	// tests that must know it beyond what the other fields say (a test
+	// of Docker's own inspect fields, say); EngineOther, the zero value,
+	// if the backend does not say.
+	Engine EngineKind
+	// NoResourceLimits says the engine puts none of the resource limits
+	// it is given in force: neither cgroup limits (Resources.CPUs, Memory,
+	// PIDs) nor rlimits (FileSize, OpenFiles), as rootless Podman on
+	// cgroup v1. The sandbox package then refuses a sandbox that asks for
+	// them (ErrLimitsUnsupported); one made with them removed (a negative
+	// value) has none. The zero value, false, is an engine that puts them
+	// in force, which the sandbox package checks from inside each
+	// instance anyway.
+	NoResourceLimits bool
 }
+
+// EngineKind is the kind of engine a backend drives (Caps.Engine).
+type EngineKind int
+
+const (
+	// EngineOther is an engine the backend does not name: the zero value.
+	EngineOther EngineKind = iota
+	// EngineDocker is a Docker engine (dockerd), rootful or rootless.
+	EngineDocker
+	// EnginePodman is Podman run as root, through its Docker-compatible
+	// API (podman system service).
+	EnginePodman
+	// EnginePodmanRootless is Podman run as a user other than root, in
+	// that user's namespace, through its Docker-compatible API.
+	EnginePodmanRootless
+	// EngineKubernetes is a Kubernetes cluster: each instance a pod.
+	EngineKubernetes
+)
+
+// String is the engine's name as the test suite's AGENTSANDBOX_BACKEND
+// spells it: "other", "docker", "podman", "podman-rootless" or
+// "kubernetes".
+func (k EngineKind) String() string {
+	switch k {
+	case EngineOther:
+		return "other"
+	case EngineDocker:
+		return "docker"
+	case EnginePodman:
+		return "podman"
+	case EnginePodmanRootless:
+		return "podman-rootless"
+	case EngineKubernetes:
+		return "kubernetes"
+	}
+	return fmt.Sprintf("EngineKind(%d)", int(k))
+}
+
+// Podman says whether the engine is Podman, rootful or rootless.
+func (k EngineKind) Podman() bool { return k == EnginePodman || k == EnginePodmanRootless }
 
 // DiskKind is what a working directory with a size limit is (Caps.Disk).
 type DiskKind int
@@ -131,6 +191,17 @@ type Spec struct {
 	// no new privileges, a read-only root file system, its standard input
 	// and output the stream (Instance.Stream), its standard error to
 	// Stderr. The agent ends the instance when its input closes.
+	//
+	// A leased instance (Agent.Lease > 0, sandbox.WithLease) is tied to
+	// no process: the backend sets Agent.Listen (a unix socket in the
+	// instance that only root reaches) and reaches the agent through a
+	// relay the engine runs in the instance (the agent run with
+	// Args.Connect), for Create as for Opener.Open; the agent's standard
+	// input is no tether, and the instance ends when the agent exits (its
+	// lease ran out, Lifetime, or Remove). Until Prune removes it, an ended
+	// leased instance stays known to Opener (List, Open: ErrGone), and
+	// Prune never removes a running one nor what was made for it, whoever
+	// made it (see owner.LabelLease).
 	Agent agentargs.Args
 	// Stderr receives what the agent writes to its standard error.
 	Stderr io.Writer
@@ -149,6 +220,12 @@ type Spec struct {
 	Resources Resources
 	// Network is NetworkNone (loopback only) or NetworkOpen.
 	Network Network
+
+	// Record is what the sandbox package keeps with the instance: its
+	// settings, never a secret, at most RecordMax bytes. The backend
+	// stores it with the instance (a label, an annotation) and gives it
+	// back as is in InstanceInfo (Opener).
+	Record []byte
 
 	// Log receives the backend's records (an image pull's progress, say).
 	Log *slog.Logger
@@ -242,7 +319,7 @@ type State int
 
 const (
 	StateRunning State = iota
-	StatePaused        // frozen from outside the library (docker pause)
+	StatePaused        // frozen from outside the library (docker pause, podman pause)
 	StateGone          // stopped, removed, or being removed
 	StateUnknown       // the engine did not say
 )
@@ -270,6 +347,52 @@ type Object struct {
 	Name  string // a container's, network's or pod's name; empty for others
 	Role  string // what the library made it for: "sandbox", "disk", "snapshot", ...
 	State string // a container's or pod's state ("running", "exited", ...); empty for others
+}
+
+// RecordMax bounds Spec.Record: a label or an annotation holds it.
+const RecordMax = 16 << 10
+
+// Opener is a Driver that finds the library's instances on its engine and
+// attaches to a leased one from any process that reaches the engine
+// (sandbox.List, sandbox.Open).
+type Opener interface {
+	// List returns the library's sandbox instances on the engine — every
+	// process's, tethered and leased, running and ended — that carry
+	// every label of match (the user's labels, Spec.Labels).
+	List(ctx context.Context, match map[string]string) ([]InstanceInfo, error)
+	// Open attaches to the running leased instance id (its ID or name):
+	// a new session with its agent, through a relay the engine runs in
+	// the instance (see Spec.Agent). The Instance's Remove ends the
+	// instance for everyone; Detach (Detacher) lets go of it. An unknown
+	// id is an error wrapping ErrNotFound, an ended one ErrGone, a
+	// tethered one ErrNotLeased; the instance is unharmed by any of them.
+	Open(ctx context.Context, id string, opts OpenOptions) (Instance, InstanceInfo, error)
+}
+
+// OpenOptions are what Opener.Open needs besides the instance's ID.
+type OpenOptions struct {
+	Stderr  io.Writer     // the relay's complaints (as Spec.Stderr)
+	Log     *slog.Logger  // the backend's records
+	Timeout time.Duration // as Spec.Timeout
+}
+
+// InstanceInfo describes an instance the library made (Opener).
+type InstanceInfo struct {
+	ID      string            // as Instance.ID
+	Image   string            // Spec.Image
+	Labels  map[string]string // Spec.Labels: the user's, without the library's own
+	Created time.Time
+	Lease   time.Duration // Spec.Agent.Lease; 0: tethered to the process that made it
+	Running bool          // false: it has ended (and stays until Prune removes it)
+	Record  []byte        // Spec.Record
+}
+
+// Detacher is an Instance that this process can let go of without
+// ending it (a leased one): Detach closes its stream and releases what
+// this process holds for it; the instance runs on. The Instance is not
+// used afterwards.
+type Detacher interface {
+	Detach() error
 }
 
 // Snapshotter is a Driver that can keep a snapshot as an object of the
@@ -303,8 +426,14 @@ var (
 	ErrUnresponsive = errors.New("sandbox: no answer in time")
 	// ErrImageNotFound: the image is not on the engine and was not pulled.
 	ErrImageNotFound = errors.New("sandbox: image not found")
+	// ErrNotFound: the engine has no instance of that ID that the
+	// library made (it matches fs.ErrNotExist).
+	ErrNotFound = fmt.Errorf("sandbox: no such sandbox: %w", fs.ErrNotExist)
+	// ErrNotLeased: the instance is tied to the process that made it
+	// (not made with a lease), so no other process may open it.
+	ErrNotLeased = errors.New("sandbox: the sandbox is tied to the process that made it (made without WithLease), so it cannot be opened")
 	// ErrGone: the instance is no longer running.
-	ErrGone = errors.New("sandbox: container is gone")
+	ErrGone = errors.New("sandbox: the sandbox's instance is gone")
 	// ErrNetworkUnsupported: the network asked for cannot be set up here.
 	ErrNetworkUnsupported = errors.New("sandbox: network policy not supported here")
 	// ErrTooLarge: a transfer exceeded its bound.

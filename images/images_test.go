@@ -20,6 +20,9 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/agentsandbox/sandbox/docker"
+	"github.com/agentsandbox/sandbox/driver"
 )
 
 // testLabel marks the containers these tests create.
@@ -51,7 +54,12 @@ func run(t *testing.T, image string, cmd ...string) (string, int64) {
 
 	created, err := cli.ContainerCreate(ctx,
 		&container.Config{Image: image, Cmd: cmd, Labels: map[string]string{testLabel: "1"}},
-		&container.HostConfig{NetworkMode: "none"},
+		// Limits of its own that every engine's runtime may set: rootful
+		// Podman would raise RLIMIT_NOFILE and RLIMIT_NPROC to maxima that
+		// a host capping root's limits refuses (runc: "error setting
+		// rlimit type 7: operation not permitted").
+		&container.HostConfig{NetworkMode: "none", Resources: container.Resources{Ulimits: []*container.Ulimit{
+			{Name: "nofile", Soft: 1024, Hard: 1024}, {Name: "nproc", Soft: 4096, Hard: 4096}}}},
 		nil, nil, "")
 	if err != nil {
 		t.Fatalf("creating container: %v", err)
@@ -90,6 +98,35 @@ func run(t *testing.T, image string, cmd ...string) (string, int64) {
 		t.Fatalf("reading logs: %v", err)
 	}
 	return out.String(), code
+}
+
+// engineCaps is what the engine DOCKER_HOST names says of itself, asked
+// once.
+var engineCaps = sync.OnceValues(func() (driver.Caps, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d := docker.New(docker.Config{})
+	defer d.Close()
+	return d.Caps(ctx)
+})
+
+// notOnPodman skips a test that builds a Debian image (minutes of
+// mmdebstrap) when the engine is Podman, rootful or rootless: the build
+// is the same whatever the engine, and so is its import, through the
+// engine API that Podman's Docker-compatible service speaks too. It is
+// checked on Docker, as root and as a docker-group user; on Podman,
+// TestEnsureBusybox checks an import and the suites import their images
+// through Ensure at start. A decision, not a missing piece of the
+// environment: CI accepts it.
+func notOnPodman(t *testing.T) {
+	t.Helper()
+	caps, err := engineCaps()
+	if err != nil {
+		t.Fatalf("the engine: %v", err)
+	}
+	if caps.Engine.Podman() {
+		t.Skipf("not applicable on %v: a Debian image's build and import are checked on Docker", caps.Engine)
+	}
 }
 
 // TestRecipeHash checks that each recipe has its own 12-hex-digit hash,
@@ -173,6 +210,7 @@ func TestEnsureBusybox(t *testing.T) {
 // minutes the first time: python3 runs, and there is no compiler or header
 // to build code with.
 func TestEnsurePythonSlim(t *testing.T) {
+	notOnPodman(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	tag, err := Ensure(ctx, PythonSlim, tlog{t})
@@ -205,6 +243,7 @@ func TestEnsurePythonSlim(t *testing.T) {
 // TestEnsurePython builds (or finds) the python image, a few minutes the first
 // time, and imports numpy, pandas and matplotlib in it.
 func TestEnsurePython(t *testing.T) {
+	notOnPodman(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	tag, err := Ensure(ctx, Python, tlog{t})
@@ -223,6 +262,7 @@ func TestEnsurePython(t *testing.T) {
 // image has root-owned system files, a setuid passwd, the sandbox user and
 // a /workspace it owns, and python3.
 func TestBuildDebianAnyUser(t *testing.T) {
+	notOnPodman(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	tag := fmt.Sprintf("agentsandbox/build-test:%d-%d", os.Getuid(), time.Now().UnixNano())

@@ -36,7 +36,7 @@ import (
 func BenchmarkNewExec(b *testing.B) {
 	ctx := context.Background()
 	for b.Loop() {
-		sb, err := sandbox.New(ctx, sandbox.WithImage(busyboxImage))
+		sb, err := sandbox.New(ctx, onCluster()...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -114,7 +114,7 @@ func barePodAttach(ctx context.Context) error {
 
 func BenchmarkExecTrue(b *testing.B) {
 	ctx := context.Background()
-	sb := sandboxtest.New(b, sandbox.WithImage(busyboxImage))
+	sb := sandboxtest.New(b, onCluster()...)
 	for b.Loop() {
 		if r, err := sb.Exec(ctx, "true"); err != nil || r.ExitCode != 0 {
 			b.Fatal(r, err)
@@ -124,7 +124,7 @@ func BenchmarkExecTrue(b *testing.B) {
 
 func BenchmarkBareExec(b *testing.B) {
 	ctx := context.Background()
-	sb := sandboxtest.New(b, sandbox.WithImage(busyboxImage))
+	sb := sandboxtest.New(b, onCluster()...)
 	for b.Loop() {
 		req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(drv.Namespace()).Name(sb.ID()).SubResource("exec").
 			VersionedParams(&corev1.PodExecOptions{Container: "sandbox", Command: []string{"true"}, Stdout: true, Stderr: true}, scheme.ParameterCodec)
@@ -141,7 +141,7 @@ func BenchmarkBareExec(b *testing.B) {
 func BenchmarkPoolGet(b *testing.B) {
 	ctx := context.Background()
 	n := b.N
-	pool, err := sandbox.NewPool(ctx, n, sandbox.WithImage(busyboxImage))
+	pool, err := sandbox.NewPool(ctx, n, onCluster()...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -158,10 +158,10 @@ func BenchmarkPoolGet(b *testing.B) {
 	for _, sb := range held {
 		sb.Close()
 	}
-	deadline := time.Now().Add(5 * time.Minute)
-	for pool.Stats().Ready < n && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	sandboxtest.Eventually(b, 5*time.Minute, func() (bool, string) {
+		st := pool.Stats()
+		return st.Ready >= n, fmt.Sprintf("the pool did not refill: %+v", st)
+	})
 	b.ResetTimer()
 	for range n {
 		sb, err := pool.Get(ctx)
@@ -190,7 +190,7 @@ func TestHundred(t *testing.T) {
 	g.SetLimit(25)
 	for i := range 100 {
 		g.Go(func() error {
-			sb, err := sandbox.New(ctx, sandbox.WithImage(busyboxImage), sandbox.WithLimits(sandbox.Limits{Memory: 64 << 20, CPUs: 0.25}))
+			sb, err := sandbox.New(ctx, onCluster(sandbox.WithLimits(sandbox.Limits{Memory: 64 << 20, CPUs: 0.25}))...)
 			if err != nil {
 				return fmt.Errorf("sandbox %d: %w", i, err)
 			}

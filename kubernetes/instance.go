@@ -36,21 +36,31 @@ const startBound = 2 * time.Minute
 // themselves (the agent exits when its tether ends) before it cuts them.
 const streamLinger = 2 * time.Second
 
-// instance is one sandbox's pod and its two streams.
+// instance is one sandbox's pod and this process's streams to it.
 type instance struct {
 	d       *Driver
 	name    string
 	node    string
 	timeout time.Duration
+	leased  bool // made with a lease: no tether, and Detach lets go
 
 	relay  *stream        // the exec'd relay: the library's frames
-	tether *io.PipeWriter // the attach stream's stdin
+	tether *io.PipeWriter // the attach stream's stdin (tethered only)
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the streams' goroutines
+	done   sync.Once      // Remove or Detach
 }
 
+var (
+	_ driver.Opener   = (*Driver)(nil)
+	_ driver.Lister   = (*Driver)(nil)
+	_ driver.Detacher = (*instance)(nil)
+)
+
 // Create makes the sandbox's pod, waits for its agent to run, and connects
-// the tether (attach) and the relay (exec).
+// the tether (attach) and the relay (exec). A leased sandbox's pod has no
+// tether: the attach carries only the agent's stderr, and its end does not
+// end the pod.
 func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (driver.Instance, error) {
 	cs, err := d.client()
 	if err != nil {
@@ -79,7 +89,7 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (driver.Instance
 		}
 		return nil, d.err("creating pod", err)
 	}
-	in := &instance{d: d, name: name, timeout: timeout}
+	in := &instance{d: d, name: name, timeout: timeout, leased: spec.Agent.Lease > 0}
 	fail := func(err error) (driver.Instance, error) {
 		rctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
@@ -197,10 +207,19 @@ func podStarted(pod *corev1.Pod, spec *driver.Spec, agentImage string) (bool, st
 }
 
 // attach connects the tether: the sandbox container's stdin, which the
-// agent holds the sandbox alive by, and its stderr (the agent's).
+// agent holds the sandbox alive by, and its stderr (the agent's). A leased
+// sandbox's container has no stdin: the attach carries its stderr alone,
+// for as long as this process holds the sandbox, and ends nothing when it
+// ends.
 func (in *instance) attach(ctx context.Context, stderr io.Writer) error {
+	if in.leased {
+		if stderr == nil {
+			return nil
+		}
+		return in.attachStderr(ctx, stderr)
+	}
 	req := in.d.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(in.d.ns).Name(in.name).SubResource("attach").
-		VersionedParams(&corev1.PodAttachOptions{Container: sandboxContainer, Stdin: true, Stderr: stderr != nil}, scheme.ParameterCodec)
+		VersionedParams(&corev1.PodAttachOptions{Container: sandboxContainer, Stdin: true, Stderr: true}, scheme.ParameterCodec)
 	ex, err := in.d.executor(req.URL().String())
 	if err != nil {
 		return err
@@ -246,6 +265,24 @@ func (in *instance) attach(ctx context.Context, stderr io.Writer) error {
 	return nil
 }
 
+// attachStderr streams the leased agent's stderr to stderr until ctx
+// ends or the container does.
+func (in *instance) attachStderr(ctx context.Context, stderr io.Writer) error {
+	req := in.d.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(in.d.ns).Name(in.name).SubResource("attach").
+		VersionedParams(&corev1.PodAttachOptions{Container: sandboxContainer, Stderr: true}, scheme.ParameterCodec)
+	ex, err := in.d.executor(req.URL().String())
+	if err != nil {
+		return err
+	}
+	in.wg.Add(1)
+	go func() {
+		defer in.wg.Done()
+		// Its error says nothing of the sandbox: the relay's does.
+		ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stderr: stderr})
+	}()
+	return nil
+}
+
 // exec starts the relay and returns its stream.
 func (in *instance) exec(ctx context.Context, stderr io.Writer) (*stream, error) {
 	req := in.d.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(in.d.ns).Name(in.name).SubResource("exec").
@@ -274,6 +311,7 @@ func (in *instance) exec(ctx context.Context, stderr io.Writer) (*stream, error)
 		}
 		s.stdoutW.CloseWithError(err)
 		s.stdinW.Close() // as for the tether
+		close(s.ended)
 
 	}()
 	return s, nil
@@ -324,28 +362,81 @@ func (in *instance) State(ctx context.Context) driver.State {
 }
 
 // Remove ends the tether (the agent exits, and with it every process of
-// the sandbox) and deletes the pod at once.
+// the sandbox) and deletes the pod at once. A leased sandbox has no
+// tether: this process's streams end, then the pod is deleted, ending the
+// sandbox for every process that has it open.
 func (in *instance) Remove(ctx context.Context) error {
-	if in.tether != nil {
-		in.tether.Close()
+	if in.leased {
+		in.detach()
+		return in.d.deletePod(ctx, in.name)
 	}
+	in.letGo(func() { // the agent exits and the streams end by themselves
+		if in.tether != nil {
+			in.tether.Close()
+		}
+		if in.relay != nil {
+			in.relay.CloseWrite()
+		}
+	}, in.wg.Wait)
+	return in.d.deletePod(ctx, in.name)
+}
+
+// Detach lets go of a leased sandbox: this process's relay and stderr
+// stream end; the pod and its agent run on, and any process may open it
+// again. A tethered sandbox's is an error wrapping driver.ErrNotLeased,
+// and changes nothing.
+func (in *instance) Detach() error {
+	if !in.leased {
+		return fmt.Errorf("kubernetes: detaching pod %s: %w", in.name, driver.ErrNotLeased)
+	}
+	in.detach()
+	return nil
+}
+
+// detach ends this process's streams to a leased sandbox's pod.
+func (in *instance) detach() {
+	in.letGo(func() {
+		if in.relay != nil {
+			in.relay.CloseWrite() // the relay exits: the agent's session ends
+		}
+	}, in.waitRelay)
+}
+
+// letGo ends this process's streams to the pod, once: end asks them to
+// end, ended waits until they have. Unless the node does not answer (or
+// nobody reads the relay's output), they end by themselves; else they are
+// cut after streamLinger. The relay's stream is closed.
+func (in *instance) letGo(end, ended func()) {
+	in.done.Do(func() {
+		end()
+		wait(ended, streamLinger)
+		if in.relay != nil {
+			in.relay.Close()
+		}
+		if in.cancel != nil {
+			in.cancel()
+		}
+		in.wg.Wait()
+	})
+}
+
+// waitRelay waits until the relay's exec stream has ended.
+func (in *instance) waitRelay() {
 	if in.relay != nil {
-		in.relay.CloseWrite()
+		<-in.relay.ended
 	}
-	// The agent exits and the streams end by themselves, unless the node
-	// does not answer: then they are cut.
+}
+
+// wait runs f, and returns when it has or after d.
+func wait(f func(), d time.Duration) {
 	ended := make(chan struct{})
-	go func() { in.wg.Wait(); close(ended) }()
+	go func() { f(); close(ended) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-ended:
-	case <-time.After(streamLinger):
+	case <-t.C:
 	}
-	err := in.d.deletePod(ctx, in.name)
-	if in.cancel != nil {
-		in.cancel()
-	}
-	<-ended
-	return err
 }
 
 // deletePod deletes a pod with no grace period; one that is gone already
@@ -379,12 +470,13 @@ type stream struct {
 	stdinR  net.Conn // the executor's end
 	stdoutR *io.PipeReader
 	stdoutW *io.PipeWriter
+	ended   chan struct{} // closed when the exec stream has ended
 }
 
 func newStream() *stream {
 	w, r := net.Pipe()
 	or, ow := io.Pipe()
-	return &stream{stdinW: w, stdinR: r, stdoutR: or, stdoutW: ow}
+	return &stream{stdinW: w, stdinR: r, stdoutR: or, stdoutW: ow, ended: make(chan struct{})}
 }
 
 func (s *stream) Read(p []byte) (int, error)         { return s.stdoutR.Read(p) }

@@ -47,6 +47,25 @@
 // only while the library's attach lasts (stdinOnce), so when the owning
 // process closes the sandbox or dies the agent sees its stdin end and the
 // pod ends. A keepalive byte goes down the tether every Config.KeepAlive.
+// A leased sandbox has no tether (see Leased sandboxes).
+//
+// # Leased sandboxes
+//
+// A sandbox made with a lease (sandbox.WithLease) has no tether: its
+// container has no stdin, and the creator's attach carries only the
+// agent's stderr, whose end ends nothing. Every process that has the
+// sandbox open — its creator, and any that opened it by its ID, the pod's
+// name (Driver.Open, from any machine that reaches the cluster) — has its
+// own exec'd relay, a session of the agent's. The pod ends when its agent
+// exits: its lease not renewed in time, its Lifetime (activeDeadlineSeconds
+// still bounds it), or Close, which deletes the pod for everyone; Detach
+// ends only this process's streams. An ended pod (Succeeded or Failed)
+// stays, known to List and Open (ErrSandboxGone), until Prune deletes it;
+// Prune never deletes a leased pod that runs, whatever became of the
+// process that made it. The pod carries the lease's duration in the label
+// dev.agentsandbox.lease and, as annotations, the image as given, the
+// user's labels and the sandbox package's record of its settings (base64;
+// never a secret).
 //
 // # Limits
 //
@@ -57,12 +76,39 @@
 // processes on the node — one per sandbox, as the library draws a user per
 // sandbox; a user given with sandbox.WithUser shares its count with other
 // sandboxes of that user on the node. FileSize and OpenFiles are the
-// agent's own resource limits, which commands inherit.
+// agent's own resource limits, which commands inherit. The kernel buffers
+// of the sandbox's TCP sockets count towards the memory limit on cgroup v2
+// nodes; on cgroup v1 nodes nothing bounds them (no pod field does).
+//
+// # Network
+//
+// A sandbox without a network is made so inside the pod, not by a CNI
+// plugin or NetworkPolicy the cluster may lack: the init container sets every
+// interface of the pod's network namespace but loopback down, which leaves
+// no route out, and the sandbox's container holds no capability to set one
+// up. Allow-lists, credentials and Expose work as on Docker: the egress
+// proxy runs in the library's process and reaches the sandbox over the
+// agent's stream, and Expose returns a loopback URL of the library's
+// process. NetworkPolicy{Open: true} leaves the interfaces up: the sandbox
+// has the pod network as the cluster's NetworkPolicies leave it, so other
+// pods and cluster services are reachable unless a NetworkPolicy keeps
+// them out.
+//
+// # What differs from Docker
+//
+// The PIDs limit (above); a working directory always in memory; no inode
+// bound on a tmpfs; the runtime's seccomp profile unless the library's is
+// installed on the nodes; no reason for a sandbox's death from engine
+// events (a command's OOMKilled still comes from the agent); no snapshot
+// image (sandbox.Snapshot.Image is sandbox.ErrUnsupported — snapshots,
+// forks and restores work, from the library's process); Open as above.
 //
 // # What a user grants
 //
 // In the namespace: pods (create, get, list, watch, delete), pods/attach
-// (create, get) and pods/exec (create, get). Nothing cluster-wide. The
+// (create, get) and pods/exec (create, get). List needs pods list, Open
+// pods get and watch and pods/exec, Prune pods list and delete: nothing
+// Create does not need already. Nothing cluster-wide. The
 // namespace's Pod Security level must admit the pod: "baseline" rejects
 // NET_ADMIN of the init container (drop it with an open network only), so
 // network-less sandboxes need "privileged" there; the sandbox's container
@@ -214,12 +260,13 @@ func (d *Driver) Namespace() string {
 	return d.ns
 }
 
-// Caps: the working directory is a tmpfs (a memory-backed emptyDir).
+// Caps: the engine is Kubernetes, and the working directory is a tmpfs (a
+// memory-backed emptyDir).
 func (d *Driver) Caps(context.Context) (driver.Caps, error) {
 	if _, err := d.client(); err != nil {
 		return driver.Caps{}, err
 	}
-	return driver.Caps{Disk: driver.DiskMemory, KeepAlive: d.cfg.KeepAlive}, nil
+	return driver.Caps{Disk: driver.DiskMemory, KeepAlive: d.cfg.KeepAlive, Engine: driver.EngineKubernetes}, nil
 }
 
 // Close closes the client's idle connections. Sandboxes already made keep

@@ -25,7 +25,13 @@ func ctxFor(t *testing.T) context.Context {
 
 func newSandbox(t *testing.T, opts ...sandbox.Option) *sandbox.Sandbox {
 	t.Helper()
-	return sandboxtest.New(t, append([]sandbox.Option{sandbox.WithImage(busyboxImage)}, opts...)...)
+	return sandboxtest.New(t, onCluster(opts...)...)
+}
+
+// onCluster are the options of the tests' sandboxes: the cluster's driver
+// (drv) and the busybox image, then more (a later WithDriver wins).
+func onCluster(more ...sandbox.Option) []sandbox.Option {
+	return append([]sandbox.Option{sandbox.WithDriver(drv), sandbox.WithImage(busyboxImage)}, more...)
 }
 
 type countWriter int
@@ -134,7 +140,7 @@ func TestRuntimeClass(t *testing.T) {
 	if p := pod(t, sb); p.Spec.RuntimeClassName == nil || *p.Spec.RuntimeClassName != name {
 		t.Errorf("runtimeClassName %v, want %s", p.Spec.RuntimeClassName, name)
 	}
-	_, err = sandbox.New(ctx, sandbox.WithImage(busyboxImage), sandbox.WithRuntime("agentsandbox-no-such-class"))
+	_, err = sandbox.New(ctx, onCluster(sandbox.WithRuntime("agentsandbox-no-such-class"))...)
 	if err == nil || !strings.Contains(err.Error(), `no RuntimeClass "agentsandbox-no-such-class"`) || strings.Contains(err.Error(), "grant") {
 		t.Errorf("New with a RuntimeClass the cluster lacks: %v, want it named and no RBAC hint", err)
 	}
@@ -143,7 +149,7 @@ func TestRuntimeClass(t *testing.T) {
 // An image no node has is ErrImageNotFound, and nothing is left.
 func TestImageNotFound(t *testing.T) {
 	t.Parallel()
-	_, err := sandbox.New(ctxFor(t), sandbox.WithImage("agentsandbox.dev/no-such-image:1"))
+	_, err := sandbox.New(ctxFor(t), sandbox.WithDriver(drv), sandbox.WithImage("agentsandbox.dev/no-such-image:1"))
 	if !errors.Is(err, sandbox.ErrImageNotFound) {
 		t.Errorf("New of a missing image: %v, want ErrImageNotFound", err)
 	}

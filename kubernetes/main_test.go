@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kubernetes tests:", err)
 	} else {
-		code = sandboxtest.Main(m)
+		code = sandboxtest.Main(m, sandbox.WithDriver(drv))
 	}
 	if started {
 		if err := clusterSh("down"); err != nil {
@@ -60,7 +60,7 @@ func TestMain(m *testing.M) {
 }
 
 // setup finds or starts the cluster, builds and loads the images, and
-// makes the backend the default. started says it started the cluster.
+// makes the backend (drv). started says it started the cluster.
 func setup() (started bool, err error) {
 	dev := os.Getenv("KUBECONFIG") == ""
 	if dev {
@@ -103,7 +103,6 @@ func setupOn(dev bool) error {
 		os.Setenv(loadedEnv, "1")
 	}
 	drv = kubernetes.New(kubernetes.Config{})
-	sandbox.DefaultDriver = drv
 	if cs, err = drv.Clientset(); err != nil {
 		return err
 	}
@@ -137,7 +136,7 @@ func loadImages(ctx context.Context, imgs ...string) error {
 
 // The conformance suite on the cluster.
 func TestConformance(t *testing.T) {
-	sandboxtest.Conformance(t, sandbox.WithImage(busyboxImage))
+	sandboxtest.Conformance(t, onCluster()...)
 }
 
 func nodeReady(conds []corev1.NodeCondition) bool {

@@ -3,12 +3,14 @@ package kubernetes_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 )
 
 // A node cut off the network: its sandboxes fail with ErrUnresponsive or
@@ -65,17 +67,15 @@ func TestNodeLost(t *testing.T) {
 		t.Errorf("pods left after Close with a node lost: %v, %v", objs, err)
 	}
 	heal()
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
+	sandboxtest.Eventually(t, 2*time.Minute, func() (bool, string) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, lost, metav1.GetOptions{})
-		if err == nil && nodeReady(n.Status.Conditions) {
-			break
+		if err != nil {
+			return false, fmt.Sprintf("node %s after its link came back: %v", lost, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %s not Ready two minutes after its link came back", lost)
-		}
-	}
+		return nodeReady(n.Status.Conditions), fmt.Sprintf("node %s not Ready after its link came back: %+v", lost, n.Status.Conditions)
+	})
 	// The healed node runs sandboxes again.
-	sb, err := sandbox.New(context.Background(), sandbox.WithImage(busyboxImage), sandbox.WithLabels(map[string]string{"test": "healed"}))
+	sb, err := sandbox.New(context.Background(), onCluster(sandbox.WithLabels(map[string]string{"test": "healed"}))...)
 	if err != nil {
 		t.Fatal(err)
 	}

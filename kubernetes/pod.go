@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -30,6 +31,18 @@ const (
 	sandboxContainer = "sandbox"
 	// annotationOwner holds owner.ID(), which is no valid label value.
 	annotationOwner = owner.LabelOwner
+	// annotationRecord holds driver.Spec.Record, base64 (an annotation
+	// is a string; the record is bytes).
+	annotationRecord = owner.LabelRecord
+	// annotationImage holds driver.Spec.Image as given.
+	annotationImage = owner.LabelImage
+	// annotationLabels holds driver.Spec.Labels as JSON, as given: the
+	// pod's labels hold them too, but those whose value is no valid
+	// label value are annotations, and a pod carries annotations others
+	// put there.
+	annotationLabels = "dev.agentsandbox.labels"
+	// kindSandbox is owner.LabelKind of a sandbox's pod.
+	kindSandbox = "sandbox"
 )
 
 // writable are the places besides the working directory a sandbox can
@@ -49,12 +62,31 @@ var connectCommand = func() []string {
 
 // podFor is the pod a sandbox made from spec runs in.
 func (d *Driver) podFor(name, ns string, spec *driver.Spec) (*corev1.Pod, error) {
-	labels, annotations, err := splitLabels(owner.Labels("sandbox", spec.Labels))
+	if len(spec.Record) > driver.RecordMax {
+		return nil, fmt.Errorf("%w: kubernetes: the sandbox's record is %d bytes, more than %d", driver.ErrTooLarge, len(spec.Record), driver.RecordMax)
+	}
+	labels, annotations, err := splitLabels(owner.Labels(kindSandbox, spec.Labels))
 	if err != nil {
 		return nil, err
 	}
 	annotations[annotationOwner] = owner.ID()
 	delete(labels, owner.LabelOwner)
+	annotations[annotationImage] = spec.Image
+	if len(spec.Record) > 0 {
+		annotations[annotationRecord] = base64.StdEncoding.EncodeToString(spec.Record)
+	}
+	if len(spec.Labels) > 0 {
+		b, err := json.Marshal(spec.Labels)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes: the sandbox's labels: %w", err)
+		}
+		annotations[annotationLabels] = string(b)
+	}
+	leased := spec.Agent.Lease > 0
+	if leased {
+		// time.Duration's String is a valid label value ("1m30s", "1.5s").
+		labels[owner.LabelLease] = spec.Agent.Lease.String()
+	}
 
 	r := spec.Resources
 	env := make([]corev1.EnvVar, 0, len(spec.Env))
@@ -122,14 +154,16 @@ func (d *Driver) podFor(name, ns string, spec *driver.Spec) (*corev1.Pod, error)
 				Resources:       corev1.ResourceRequirements{Limits: limits, Requests: requests},
 			}},
 			Containers: []corev1.Container{{
-				Name:                     sandboxContainer,
-				Image:                    spec.Image,
-				ImagePullPolicy:          pull,
-				Command:                  args,
-				WorkingDir:               spec.Workdir,
-				Env:                      env,
-				Stdin:                    true,
-				StdinOnce:                true,
+				Name:            sandboxContainer,
+				Image:           spec.Image,
+				ImagePullPolicy: pull,
+				Command:         args,
+				WorkingDir:      spec.Workdir,
+				Env:             env,
+				// The tether: a tethered agent's stdin is open only while
+				// the library's attach lasts. A leased one has none.
+				Stdin:                    !leased,
+				StdinOnce:                !leased,
 				SecurityContext:          securityContext(agentCaps),
 				Resources:                corev1.ResourceRequirements{Limits: limits, Requests: requests},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,

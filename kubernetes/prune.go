@@ -20,7 +20,12 @@ var managed = owner.LabelManaged + "=true"
 
 // Prune deletes the pods in the namespace whose owner — a process on this
 // host — has died, and those this Driver failed to delete earlier. Pods
-// of live processes and of other hosts are never touched.
+// of live processes and of other hosts are never touched. A leased
+// sandbox's pod has no owner: Prune deletes it once it has ended (its
+// lease ran out, its Lifetime, its node lost it) whoever made it, and
+// never while it runs; one still starting only if the process that made
+// it is dead (its Create never returned). A pod is all the backend makes
+// for a sandbox.
 func (d *Driver) Prune(ctx context.Context) (int, error) {
 	cs, err := d.client()
 	if err != nil {
@@ -39,7 +44,7 @@ func (d *Driver) Prune(ctx context.Context) (int, error) {
 	var n int
 	var errs []error
 	for _, p := range pods.Items {
-		if !failed[p.Name] && !owner.Dead(p.Annotations[annotationOwner]) {
+		if !failed[p.Name] && !prunable(&p) {
 			continue
 		}
 		delete(failed, p.Name)
@@ -53,6 +58,20 @@ func (d *Driver) Prune(ctx context.Context) (int, error) {
 		d.forget(name)
 	}
 	return n, errors.Join(errs...)
+}
+
+// prunable says whether Prune removes a pod it made no attempt on.
+func prunable(p *corev1.Pod) bool {
+	dead := owner.Dead(p.Annotations[annotationOwner])
+	if !leased(p) {
+		return dead
+	}
+	if ended(p) {
+		return true
+	}
+	// A pod still starting was never handed out: its Create waits until
+	// it runs.
+	return dead && p.Status.Phase == corev1.PodPending
 }
 
 // Owned lists the pods process pid on this host made (pid 0: this

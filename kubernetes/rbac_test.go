@@ -2,6 +2,7 @@ package kubernetes_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/driver"
 	"github.com/agentsandbox/sandbox/kubernetes"
 )
 
@@ -75,6 +77,14 @@ func TestRBAC(t *testing.T) {
 	}
 	if r, err := sb.Exec(ctx, "echo ok > f; cat f"); err != nil || r.Stdout != "ok\n" {
 		t.Errorf("Exec: %+v, %v", r, err)
+	}
+	// List and Open need nothing more: a tethered sandbox is listed, and
+	// refused as not leased (not forbidden).
+	if infos, err := limited.List(ctx, nil); err != nil || !containsID(infos, sb.ID()) {
+		t.Errorf("List with the documented Role: %d sandboxes, %v; want %s among them", len(infos), err, sb.ID())
+	}
+	if _, _, err := limited.Open(ctx, sb.ID(), driver.OpenOptions{}); !errors.Is(err, driver.ErrNotLeased) {
+		t.Errorf("Open of a tethered sandbox with the documented Role: %v; want ErrNotLeased", err)
 	}
 	snap, err := sb.Snapshot(ctx)
 	if err != nil {

@@ -33,7 +33,10 @@ const stoppedScript = `for s in /proc/[0-9]*/status; do grep -H '^State:.*T' $s;
 // and the sandbox working.
 func TestSnapshotLarge(t *testing.T) {
 	t.Parallel()
-	sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{Disk: 160 << 20}))
+	// The writers below run for the whole test, which on a loaded machine
+	// outlasts the default ExecTimeout (60 s; it once took 154 s in CI and
+	// the ticker's kill looked like a sandbox left stopped).
+	sb := newSandbox(t, sandbox.WithLimits(sandbox.Limits{Disk: 160 << 20, ExecTimeout: 10 * time.Minute}))
 	ctx := ctxFor(t)
 	run(t, sb, `mkdir big && for i in 1 2 3 4 5 6 7 8; do head -c 8388608 /dev/urandom > big/$i; done`)
 	sums := run(t, sb, "md5sum big/*")

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox"
+	"github.com/agentsandbox/sandbox/driver"
+	"github.com/agentsandbox/sandbox/internal/driverof"
 )
 
 // Conformance runs the library's semantics as subtests against sandboxes
@@ -62,54 +64,167 @@ import (
 //     links and a file its user closed to themselves in two forks, each
 //     its own; a process of the source stopped during the snapshot and
 //     running after it; a snapshot of a fork (a chain); forks restored into a
-//     Pool's sandboxes (WithPool).
+//     Pool's sandboxes (WithPool);
+//   - tty: commands on a pseudo-terminal (Cmd.TTY): a shell keeping its
+//     state across inputs, the size and TERM, Resize seen by stty and as
+//     SIGWINCH, C-c ending the foreground job with 130 and the prompt
+//     back, job control, the input's end ending cat, output exact to the
+//     last byte after the exit, invalid settings refused;
+//   - sessions: a leased sandbox's command on a terminal running on after
+//     its Sandbox detached, listed (Sessions) and attached from another
+//     (Open, AttachCommand) with the output kept meanwhile, the drop said,
+//     a resize, a takeover (ErrTakenOver) and the exit;
+//   - terminal: a Terminal's shell keeping its state, stty following a
+//     resize, vi editing a file through keys (if the image has a vi), top
+//     drawing its header, C-c ending sleep 1000 with the prompt back, a
+//     flood's last screen, and Close killing everything the terminal
+//     started; a terminal of a leased sandbox outliving its process
+//     (killed), attached by another: vi's screen redrawn, the shell's
+//     state kept.
+//   - watch: Sandbox.Watch's events, exact and in order (create, modify,
+//     rename, remove), in a directory made after the watch began too; a
+//     non-recursive watch leaving subdirectories' contents out; links to
+//     /, /etc, /proc and /tmp never followed; the channel closed by the
+//     context's end and by Close.
 //
 // The image needs a POSIX shell with busybox's or coreutils' tools (sh,
 // head, tail, tr, wc, sleep, grep, ln) and, for the network subtests,
 // busybox's nc and httpd or python3: images.Busybox and images.Python both
-// do. The
-// engine checks (nothing left after Close) ask the engine DOCKER_HOST
-// names: point it at the backend under test. Each subtest runs in
-// parallel with the others; the whole takes some 20 seconds on Docker.
+// do. The backend is the one opts select (sandbox.WithDriver,
+// sandbox.WithHost, else sandbox.DefaultDriver): the engine checks
+// (nothing left after Close, what a killed owner left) and Prune ask that
+// driver, which must be a driver.Lister. What the backend says it lacks
+// (driver.Caps) is not asked of it: on one without resource limits
+// (NoResourceLimits) New with them must be refused with
+// ErrLimitsUnsupported, the memory, processes, file size, open files and
+// CPU subtests are skipped, and the others run with those limits
+// removed. Each subtest
+// runs in parallel with the others; the whole takes some 20 seconds on
+// Docker.
 func Conformance(t *testing.T, opts ...sandbox.Option) {
 	t.Helper()
-	c := conformance{opts: opts}
-	if os.Getenv(ownerEnv) == "1" {
-		c.ownerChild(t) // this process is the owner subtest's helper
+	c := conformance{opts: slices.Clip(opts)}
+	d, closeFn, err := driverof.Of(opts)
+	if err != nil {
+		t.Fatalf("the options: %v", err)
+	}
+	if closeFn != nil {
+		t.Cleanup(func() { closeFn() })
+	}
+	c.drv = d
+	caps, err := d.Caps(ctxFor(t))
+	if err != nil {
+		t.Fatalf("the backend's Caps: %v", err)
+	}
+	c.noLimits = caps.NoResourceLimits
+	if os.Getenv(ownerEnv) == "1" { // this process is the owner subtest's helper
+		if c.noLimits {
+			c.opts = append(c.opts, c.withLimits(sandbox.Limits{}))
+		}
+		c.ownerChild(t)
 		return
+	}
+	if what := os.Getenv(leaseEnv); what != "" { // this process is the lease subtest's helper
+		if c.noLimits {
+			c.opts = append(c.opts, c.withLimits(sandbox.Limits{}))
+		}
+		c.leaseChild(t, what)
+		return
+	}
+	t.Logf("backend %T: engine %v, working directory %v", d, caps.Engine, caps.Disk)
+	// What a backend without resource limits lacks: their subtests skip,
+	// the others run with the limits removed (as a user of such an engine
+	// must), once New with them has been refused.
+	noLimits := ""
+	if c.noLimits {
+		noLimits = fmt.Sprintf("the backend (%v) puts no resource limits in force (driver.Caps.NoResourceLimits)", caps.Engine)
+		c.refusesResourceLimits(t)
+		c.opts = append(c.opts, c.withLimits(sandbox.Limits{}))
 	}
 	for _, st := range []struct {
 		name string
 		f    func(*testing.T)
+		skip string // why the backend cannot be asked this, or ""
 	}{
-		{"lifecycle", c.lifecycle},
-		{"exec", c.exec},
-		{"kill", c.kill},
-		{"files", c.files},
-		{"limits/memory", c.memory},
-		{"limits/pids", c.pids},
-		{"limits/filesize", c.fileSize},
-		{"limits/disk", c.disk},
-		{"limits/openfiles", c.openFiles},
-		{"limits/cpu", c.cpu},
-		{"limits/lifetime", c.lifetime},
-		{"owner", c.owner},
-		{"hardening", c.hardening},
-		{"writable", c.writable},
-		{"network/none", c.networkNone},
-		{"network/allowlist", c.allowList},
-		{"network/credentials", c.credentials},
-		{"network/expose", c.expose},
-		{"snapshot", c.snapshot},
+		{"lifecycle", c.lifecycle, ""},
+		{"exec", c.exec, ""},
+		{"kill", c.kill, ""},
+		{"files", c.files, ""},
+		{"limits/memory", c.memory, noLimits},
+		{"limits/pids", c.pids, noLimits},
+		{"limits/filesize", c.fileSize, noLimits},
+		{"limits/disk", c.disk, ""},
+		{"limits/openfiles", c.openFiles, noLimits},
+		{"limits/cpu", c.cpu, noLimits},
+		{"limits/lifetime", c.lifetime, ""},
+		{"owner", c.owner, ""},
+		{"lease", c.lease, ""},
+		{"hardening", c.hardening, ""},
+		{"writable", c.writable, ""},
+		{"network/none", c.networkNone, ""},
+		{"network/allowlist", c.allowList, ""},
+		{"network/credentials", c.credentials, ""},
+		{"network/expose", c.expose, ""},
+		{"snapshot", c.snapshot, ""},
+		{"tty", c.tty, ""},
+		{"sessions", c.sessions, ""},
+		{"terminal", c.terminal, ""},
+		{"terminal/attach", c.terminalAttach, ""},
+		{"usage", c.usage, ""},
+		{"watch", c.watch, ""},
+		{"activity", c.activity, ""},
+		{"activity/live", c.activityLive, ""},
+		{"activity/files", c.activityFiles, ""},
+		{"activity/proxy", c.activityProxy, ""},
 	} {
 		t.Run(st.name, func(t *testing.T) {
+			if st.skip != "" {
+				t.Skip(st.skip)
+			}
 			t.Parallel()
 			st.f(t)
 		})
 	}
 }
 
-type conformance struct{ opts []sandbox.Option }
+type conformance struct {
+	opts     []sandbox.Option
+	drv      driver.Driver // the backend opts select
+	noLimits bool          // the backend puts no resource limits in force
+}
+
+// withLimits is sandbox.WithLimits(l) for a subtest, with the resource
+// limits l does not set removed where the backend puts none in force.
+func (c conformance) withLimits(l sandbox.Limits) sandbox.Option {
+	if c.noLimits {
+		for _, f := range []*int64{&l.Memory, &l.PIDs, &l.FileSize, &l.OpenFiles} {
+			if *f == 0 {
+				*f = -1
+			}
+		}
+		if l.CPUs == 0 {
+			l.CPUs = -1
+		}
+	}
+	return sandbox.WithLimits(l)
+}
+
+// refusesResourceLimits checks that New with c's options refuses the
+// resource limits that a backend without them cannot put in force, unless
+// the options removed them already.
+func (c conformance) refusesResourceLimits(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := sandbox.New(ctx, c.opts...)
+	if err == nil {
+		sb.Close()
+	}
+	if err != nil && !errors.Is(err, sandbox.ErrLimitsUnsupported) {
+		t.Fatalf("New on a backend without resource limits: %v, want ErrLimitsUnsupported (or a sandbox, if the options removed them)", err)
+	}
+	t.Logf("New with the resource limits: %v", err)
+}
 
 // new makes a sandbox for a subtest, closed at its end.
 func (c conformance) new(t *testing.T, more ...sandbox.Option) *sandbox.Sandbox {
@@ -144,7 +259,7 @@ func (c conformance) lifecycle(t *testing.T) {
 		sb.Close()
 		t.Fatalf("Exec(echo ok) = %+v, %v", r, err)
 	}
-	if !ownedHas(t, id) {
+	if !c.ownedHas(t, id) {
 		t.Errorf("the engine lists no object of sandbox %s while it runs (is DOCKER_HOST the engine under test?)", id)
 	}
 	if err := sb.Close(); err != nil {
@@ -156,16 +271,16 @@ func (c conformance) lifecycle(t *testing.T) {
 	if _, err := sb.Exec(ctx, "true"); !errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("Exec after Close: %v, want ErrClosed", err)
 	}
-	if ownedHas(t, id) {
+	if c.ownedHas(t, id) {
 		t.Errorf("the engine still lists sandbox %s after Close", id)
 	}
 }
 
 // ownedHas reports whether the engine lists an object of this process
 // with the given ID.
-func ownedHas(t *testing.T, id string) bool {
+func (c conformance) ownedHas(t *testing.T, id string) bool {
 	t.Helper()
-	objs, err := Owned(ctxFor(t), 0)
+	objs, err := Owned(ctxFor(t), 0, c.opts...)
 	if err != nil {
 		t.Fatalf("Owned: %v", err)
 	}
@@ -282,9 +397,15 @@ func (c conformance) files(t *testing.T) {
 }
 
 func (c conformance) memory(t *testing.T) {
-	sb := c.new(t, sandbox.WithLimits(sandbox.Limits{Memory: 96 << 20, Disk: 16 << 20, TmpSize: 8 << 20}))
-	// tail -c of a pipe keeps that many bytes: more than Memory.
-	r := run(t, sb, "head -c 300000000 /dev/zero | tail -c 200000000 > /dev/null")
+	sb := c.new(t, c.withLimits(sandbox.Limits{Memory: 96 << 20, Disk: 16 << 20, TmpSize: 8 << 20}))
+	// dd fills a buffer of 200 MiB: more than Memory. One process
+	// allocates: once it is killed nothing asks for memory any more.
+	// (With a second one still allocating — a writer into a pipe — the
+	// kernel can look for another victim before the first one's memory
+	// is freed, and on Kubernetes, where the agent cannot go below a
+	// Burstable pod's oom_score_adj of 999, pick the agent:
+	// docs/kubernetes.md.)
+	r := run(t, sb, "dd if=/dev/zero of=/dev/null bs=200M count=1 2>/dev/null")
 	if r.ExitCode != 137 || !r.OOMKilled {
 		t.Errorf("a command over the memory limit: exit %d, OOMKilled %v; want 137, true (stderr %q)", r.ExitCode, r.OOMKilled, r.Stderr)
 	}
@@ -294,7 +415,7 @@ func (c conformance) memory(t *testing.T) {
 }
 
 func (c conformance) pids(t *testing.T) {
-	sb := c.new(t, sandbox.WithLimits(sandbox.Limits{PIDs: 48}))
+	sb := c.new(t, c.withLimits(sandbox.Limits{PIDs: 48}))
 	ctx := ctxFor(t)
 	bomb, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
@@ -312,7 +433,7 @@ func (c conformance) pids(t *testing.T) {
 }
 
 func (c conformance) fileSize(t *testing.T) {
-	sb := c.new(t, sandbox.WithLimits(sandbox.Limits{FileSize: 1 << 20}))
+	sb := c.new(t, c.withLimits(sandbox.Limits{FileSize: 1 << 20}))
 	r := run(t, sb, "head -c 3000000 /dev/zero > big; echo $?; wc -c < big")
 	lines := strings.Fields(r.Stdout)
 	if len(lines) != 2 || lines[0] == "0" || lines[1] != strconv.Itoa(1<<20) {
@@ -322,7 +443,7 @@ func (c conformance) fileSize(t *testing.T) {
 
 func (c conformance) disk(t *testing.T) {
 	const disk = 32 << 20
-	sb := c.new(t, sandbox.WithLimits(sandbox.Limits{Disk: disk}))
+	sb := c.new(t, c.withLimits(sandbox.Limits{Disk: disk}))
 	r := run(t, sb, "head -c 100000000 /dev/zero > fill; echo $?; wc -c < fill; rm fill; echo ok > after")
 	f := strings.Fields(r.Stdout)
 	if len(f) != 2 || f[0] == "0" {
@@ -337,14 +458,14 @@ func (c conformance) disk(t *testing.T) {
 }
 
 func (c conformance) openFiles(t *testing.T) {
-	sb := c.new(t, sandbox.WithLimits(sandbox.Limits{OpenFiles: 200}))
+	sb := c.new(t, c.withLimits(sandbox.Limits{OpenFiles: 200}))
 	if r := run(t, sb, "ulimit -n; ulimit -Hn"); r.Stdout != "200\n200\n" {
 		t.Errorf("open files limit seen inside: %q, want 200 soft and hard", r.Stdout)
 	}
 }
 
 func (c conformance) cpu(t *testing.T) {
-	sb := c.new(t, sandbox.WithLimits(sandbox.Limits{CPUs: 0.5}))
+	sb := c.new(t, c.withLimits(sandbox.Limits{CPUs: 0.5}))
 	// cgroup v2's cpu.max, else v1's quota and period.
 	r := run(t, sb, `cat /sys/fs/cgroup/cpu.max 2>/dev/null || echo "$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) $(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us)"`)
 	var quota, period float64
@@ -354,7 +475,7 @@ func (c conformance) cpu(t *testing.T) {
 }
 
 func (c conformance) lifetime(t *testing.T) {
-	sb := c.new(t, sandbox.WithLimits(sandbox.Limits{Lifetime: 2 * time.Second}))
+	sb := c.new(t, c.withLimits(sandbox.Limits{Lifetime: 2 * time.Second}))
 	id := sb.ID()
 	start := time.Now()
 	var err error
@@ -370,7 +491,7 @@ func (c conformance) lifetime(t *testing.T) {
 	if err := sb.Close(); err != nil {
 		t.Errorf("Close after the Lifetime: %v", err)
 	}
-	if ownedHas(t, id) {
+	if c.ownedHas(t, id) {
 		t.Errorf("the engine still lists sandbox %s after its Lifetime and Close", id)
 	}
 }
@@ -433,7 +554,7 @@ func (c conformance) owner(t *testing.T) {
 	ctx := ctxFor(t)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		objs, err := Owned(ctx, pid)
+		objs, err := Owned(ctx, pid, c.opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -445,10 +566,10 @@ func (c conformance) owner(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if _, err := sandbox.Prune(ctx); err != nil {
+	if _, err := c.drv.Prune(ctx); err != nil {
 		t.Errorf("Prune: %v", err)
 	}
-	if objs, err := Owned(ctx, pid); err != nil || len(objs) != 0 {
+	if objs, err := Owned(ctx, pid, c.opts...); err != nil || len(objs) != 0 {
 		t.Errorf("objects of the killed owner after Prune: %v, %v", objs, err)
 	}
 }
@@ -536,6 +657,13 @@ func hostListener(t *testing.T) (addr string, n *atomic.Int32) {
 // status and body ("error: ..." and 0 when there is none).
 func get(t *testing.T, sb *sandbox.Sandbox, rawURL string, proxy bool) (int, string) {
 	t.Helper()
+	_, code, body := getResult(t, sb, rawURL, proxy)
+	return code, body
+}
+
+// getResult is get with the Result of the command that made the request.
+func getResult(t *testing.T, sb *sandbox.Sandbox, rawURL string, proxy bool) (*sandbox.Result, int, string) {
+	t.Helper()
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		t.Fatal(err)
@@ -562,10 +690,10 @@ while True:
 	r := run(t, sb, script)
 	resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(r.Stdout)), nil)
 	if err != nil {
-		return 0, fmt.Sprintf("error: %v (%q)", err, r.Stderr)
+		return r, 0, fmt.Sprintf("error: %v (%q)", err, r.Stderr)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	return r, resp.StatusCode, string(body)
 }
 
 func (c conformance) networkNone(t *testing.T) {
@@ -591,14 +719,27 @@ func (c conformance) networkNone(t *testing.T) {
 	}
 }
 
-func (c conformance) allowList(t *testing.T) {
-	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "upstream") })}
+// upstream serves HTTP on this machine's loopback until the test ends,
+// answering "upstream" after seen (if set) has the request.
+func upstream(t *testing.T, seen func(*http.Request)) net.Listener {
+	t.Helper()
+	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if seen != nil {
+			seen(r)
+		}
+		io.WriteString(w, "upstream")
+	})}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go up.Serve(l)
 	t.Cleanup(func() { up.Close() })
+	return l
+}
+
+func (c conformance) allowList(t *testing.T) {
+	l := upstream(t, nil)
 	sb := c.new(t, sandbox.WithNetwork(sandbox.AllowHosts("127.0.0.1/32")))
 	if code, body := get(t, sb, "http://"+l.Addr().String()+"/", true); code != 200 || body != "upstream" {
 		t.Errorf("an allowed address through the proxy: %d %q, want 200 upstream", code, body)
@@ -618,16 +759,7 @@ func (c conformance) allowList(t *testing.T) {
 func (c conformance) credentials(t *testing.T) {
 	const secret = "conformance-secret-4711"
 	var seen atomic.Value
-	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		seen.Store(r.Header.Get("X-Api-Key"))
-		io.WriteString(w, "upstream")
-	})}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go up.Serve(l)
-	t.Cleanup(func() { up.Close() })
+	l := upstream(t, func(r *http.Request) { seen.Store(r.Header.Get("X-Api-Key")) })
 	sb := c.new(t, sandbox.WithNetwork(sandbox.NetworkPolicy{
 		Allow:       []string{"127.0.0.1/32"},
 		Credentials: []sandbox.Credential{{Host: "127.0.0.1", Header: "X-Api-Key", Value: secret, AllowHTTP: true}},

@@ -23,6 +23,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +31,7 @@ import (
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/driver"
-	"github.com/agentsandbox/sandbox/internal/engine"
+	"github.com/agentsandbox/sandbox/internal/driverof"
 )
 
 // New creates a sandbox with opts for the test and closes it when the test
@@ -60,17 +61,19 @@ func New(t testing.TB, opts ...sandbox.Option) *sandbox.Sandbox {
 // while the tests ran may still run. A leak makes the exit code 1 and is
 // described on standard error. Use it as os.Exit(sandboxtest.Main(m)).
 //
-// The engine is the one DOCKER_HOST names (or the default socket); objects
-// of sandboxes made with WithHost on another engine are not checked.
-func Main(m *testing.M) int {
+// The engine asked is that of the backend opts select (sandbox.WithDriver,
+// sandbox.WithHost, else sandbox.DefaultDriver): pass the options the
+// tests make their sandboxes with, or those that choose the backend.
+// Objects the tests made on another backend are not checked.
+func Main(m *testing.M, opts ...sandbox.Option) int {
 	before := goleak.IgnoreCurrent()
 	code := m.Run()
-	CloseIdleConnections()
-	if err := Left(15 * time.Second); err != nil {
+	CloseIdleConnections(opts...)
+	if err := Left(15*time.Second, opts...); err != nil {
 		fmt.Fprintln(os.Stderr, "sandboxtest:", err)
 		return 1
 	}
-	CloseIdleConnections() // Left's own
+	CloseIdleConnections(opts...) // Left's own
 
 	if err := goroutinesLeft(before, 5*time.Second); err != nil {
 		fmt.Fprintln(os.Stderr, "sandboxtest: goroutines left behind:", err)
@@ -83,67 +86,101 @@ func Main(m *testing.M) int {
 // ignore to end: a closed connection's may take a moment (client-go's SPDY
 // streams: up to a second), and are not leaks.
 func goroutinesLeft(opt goleak.Option, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	var err error
+	_ = Poll(ctx, 100*time.Millisecond, func() (bool, string) {
+		err = goleak.Find(opt)
+		return err == nil, ""
+	})
+	return err
+}
+
+// CloseIdleConnections closes the connections of the backend opts select
+// (as Main) that no request uses now: they are kept for the next sandbox,
+// and would look like goroutines left behind.
+func CloseIdleConnections(opts ...sandbox.Option) {
+	d, closeFn, err := driverof.Of(opts)
+	if err != nil {
+		return
+	}
+	if c, ok := d.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+	if closeFn != nil {
+		closeFn()
+	}
+}
+
+// Left waits up to wait for the backend opts select (as Main) to hold no
+// object made by this process, and describes what remains if some do. An
+// engine that cannot be reached is an error too, as is a backend that
+// cannot list what it made (one that is no driver.Lister: the error
+// wraps sandbox.ErrUnsupported).
+func Left(wait time.Duration, opts ...sandbox.Option) error {
 	deadline := time.Now().Add(wait)
 	for {
-		err := goleak.Find(opt)
-		if err == nil || time.Now().After(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		objs, err := Owned(ctx, 0, opts...)
+		cancel()
+		if err != nil {
 			return err
+		}
+		if len(objs) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("left behind: %s", describe(objs))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
-// CloseIdleConnections closes the connections of sandbox.DefaultDriver
-// that no request uses now (they are kept for the next sandbox, and would
-// look like goroutines left behind).
-func CloseIdleConnections() {
-	if d, ok := sandbox.DefaultDriver.(interface{ CloseIdleConnections() }); ok {
-		d.CloseIdleConnections()
-	}
-}
-
-// Left waits up to wait for the engine to hold no object made by this
-// process, and describes what remains if some do. An engine that cannot be
-// reached is an error too. The engine is sandbox.DefaultDriver's if it can
-// list them (driver.Lister), else the one DOCKER_HOST names.
-func Left(wait time.Duration) error {
-	l, ok := sandbox.DefaultDriver.(driver.Lister)
-	if !ok {
-		return engine.Left(wait)
-	}
-	return engine.LeftOf(wait, func(ctx context.Context) ([]engine.Object, error) {
-		objs, err := l.Owned(ctx, 0)
-		out := make([]engine.Object, len(objs))
-		for i, o := range objs {
-			out[i] = engine.Object(o)
+// describe says how many objects of each type remain, and names them.
+func describe(objs []Object) string {
+	count := map[string]int{}
+	var names []string
+	for _, o := range objs {
+		count[o.Type]++
+		id := o.ID
+		if o.Name != "" {
+			id = o.Name
+		} else if len(id) > 19 && strings.HasPrefix(id, "sha256:") {
+			id = id[7:19]
+		} else if len(id) > 12 && o.Type != "volume" {
+			id = id[:12]
 		}
-		return out, err
-	})
+		names = append(names, fmt.Sprintf("%s %s (%s)", o.Type, id, o.Role))
+	}
+	s := fmt.Sprintf("%d containers, %d volumes, %d networks, %d images", count["container"], count["volume"], count["network"], count["image"])
+	if count["pod"] > 0 {
+		s += fmt.Sprintf(", %d pods", count["pod"])
+	}
+	return s + ": " + strings.Join(names, ", ")
 }
 
 // Object is an engine object the library made.
 type Object = driver.Object
 
-// Owned lists the containers (running or not), volumes, networks and
-// images that process pid on this host made through the library, on the
-// engine DOCKER_HOST names — or, if sandbox.DefaultDriver can list them
-// (driver.Lister, as the Kubernetes backend's pods), on its engine; pid 0
-// means this process. For another pid, the
+// Owned lists the objects (on Docker: containers running or not, volumes,
+// networks and snapshot images; on Kubernetes: pods) that process pid on
+// this host made through the library, on the engine of the backend opts
+// select (sandbox.WithDriver, sandbox.WithHost, else
+// sandbox.DefaultDriver); pid 0 means this process. For another pid, the
 // objects of every process that has had that pid since the host booted are
-// listed. The order is by type, then ID.
-func Owned(ctx context.Context, pid int) ([]Object, error) {
-	if l, ok := sandbox.DefaultDriver.(driver.Lister); ok {
-		return l.Owned(ctx, pid)
-	}
-	cli, err := engine.Connect(ctx, "", 30*time.Second, "")
+// listed. The order is by type, then ID. The backend must be a
+// driver.Lister: else the error wraps sandbox.ErrUnsupported.
+func Owned(ctx context.Context, pid int, opts ...sandbox.Option) ([]Object, error) {
+	d, closeFn, err := driverof.Of(opts)
 	if err != nil {
-		return nil, fmt.Errorf("%w at %s: %v", sandbox.ErrEngineUnavailable, engine.Host(""), err)
+		return nil, err
 	}
-	defer cli.Close()
-	objs, err := engine.Owned(ctx, cli, pid)
-	out := make([]Object, len(objs))
-	for i, o := range objs {
-		out[i] = Object(o)
+	if closeFn != nil {
+		defer closeFn()
 	}
-	return out, err
+	l, ok := d.(driver.Lister)
+	if !ok {
+		return nil, fmt.Errorf("sandboxtest: the backend %T cannot list what the library made (no driver.Lister): %w", d, sandbox.ErrUnsupported)
+	}
+	return l.Owned(ctx, pid)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,6 +51,15 @@ type bashCall struct {
 	timeout time.Duration // 0: the Set's default
 }
 
+// terminalCall is a checked terminal call.
+type terminalCall struct {
+	text    string
+	keys    []string
+	waitFor *regexp.Regexp // nil: wait for the screen to settle
+	timeout time.Duration  // 0: the default
+	restart bool
+}
+
 // pythonCall is a checked python call.
 type pythonCall struct {
 	code    string
@@ -89,6 +99,7 @@ var editorCommands = []string{cmdView, cmdCreate, cmdStrReplace, cmdInsert, cmdU
 // parameter names of each tool, in the order they are listed to the model.
 var (
 	bashParams   = []string{"command", "timeout"}
+	termParams   = []string{"text", "keys", "wait_for", "timeout", "restart"}
 	pythonParams = []string{"code", "timeout"}
 	editorParams = []string{"command", "path", "file_text", "old_str", "new_str", "insert_line", "view_range"}
 	submitParams = []string{"answer"}
@@ -97,6 +108,7 @@ var (
 // argExamples are shown when the arguments are not a JSON object.
 var argExamples = map[string]string{
 	ExecuteBash: `{"command": "ls -la"}`,
+	Terminal:    `{"text": "python3\n"}`,
 	Python:      `{"code": "print(1 + 1)"}`,
 	Editor:      `{"command": "view", "path": "/workspace"}`,
 	Submit:      `{"answer": "42"}`,
@@ -109,6 +121,8 @@ func parse(name, argsJSON string) (any, error) {
 	switch name {
 	case ExecuteBash:
 		params = bashParams
+	case Terminal:
+		params = termParams
 	case Python:
 		params = pythonParams
 	case Editor:
@@ -116,7 +130,7 @@ func parse(name, argsJSON string) (any, error) {
 	case Submit:
 		params = submitParams
 	default:
-		return nil, mistakef("Unknown tool %s. The tools are: %s, %s, %s, %s.", quote(name), ExecuteBash, Python, Editor, Submit)
+		return nil, mistakef("Unknown tool %s. The tools are: %s, %s, %s, %s, %s.", quote(name), ExecuteBash, Terminal, Python, Editor, Submit)
 	}
 	args, err := decodeObject(name, argsJSON, params)
 	if err != nil {
@@ -125,6 +139,8 @@ func parse(name, argsJSON string) (any, error) {
 	switch name {
 	case ExecuteBash:
 		return parseBash(args)
+	case Terminal:
+		return parseTerminal(args)
 	case Python:
 		return parsePython(args)
 	case Editor:
@@ -317,6 +333,59 @@ func parseTimeout(args map[string]json.RawMessage) (time.Duration, error) {
 			int(maxTimeout.Seconds()), describe(args["timeout"]))
 	}
 	return max(time.Duration(t*float64(time.Second)), time.Millisecond), nil
+}
+
+// maxTypeText bounds the text one terminal call types.
+const maxTypeText = 64 << 10
+
+func parseTerminal(args map[string]json.RawMessage) (any, error) {
+	var c terminalCall
+	text, _, err := str(args, "text")
+	if err != nil {
+		return nil, err
+	}
+	if len(text) > maxTypeText {
+		return nil, mistakef("Parameter `text` is %d bytes; type at most %d at once (write long content to a file with %s instead).", len(text), maxTypeText, Editor)
+	}
+	c.text = text
+	if v, ok := args["keys"]; ok && !isNull(v) {
+		var keys []string
+		if err := json.Unmarshal(v, &keys); err != nil {
+			var one string
+			if json.Unmarshal(v, &one) != nil {
+				return nil, mistakef("Parameter `keys` must be an array of key names such as [\"C-c\"] or [\"Escape\", \"Enter\"], got %s.", describe(v))
+			}
+			keys = []string{one}
+		}
+		if len(keys) > 1000 {
+			return nil, mistakef("Parameter `keys` names %d keys; press at most 1000 at once.", len(keys))
+		}
+		c.keys = keys
+	}
+	if re, ok, err := str(args, "wait_for"); err != nil {
+		return nil, err
+	} else if ok && re != "" {
+		if c.waitFor, err = regexp.Compile(re); err != nil {
+			return nil, mistakef("Parameter `wait_for` is not a valid regular expression (Go RE2 syntax): %v.", err)
+		}
+	}
+	t, ok, err := number(args, "timeout")
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		if !(t > 0) || t > terminalMaxWait.Seconds() {
+			return nil, mistakef("Parameter `timeout` must be a number of seconds greater than 0 and at most %d, got %s.",
+				int(terminalMaxWait.Seconds()), describe(args["timeout"]))
+		}
+		c.timeout = max(time.Duration(t*float64(time.Second)), time.Millisecond)
+	}
+	if v, ok := args["restart"]; ok && !isNull(v) {
+		if err := json.Unmarshal(v, &c.restart); err != nil {
+			return nil, mistakef("Parameter `restart` must be true or false, got %s.", describe(v))
+		}
+	}
+	return c, nil
 }
 
 func parsePython(args map[string]json.RawMessage) (any, error) {

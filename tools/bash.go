@@ -49,7 +49,11 @@ func (t *Set) bash(ctx context.Context, c bashCall) (string, error) {
 	default:
 		return "", fmt.Errorf("tools: %s: %w", ExecuteBash, err)
 	}
-	return render(code, note, stdout, stderr), nil
+	text := render(code, note, stdout, stderr)
+	if t.actSummary {
+		text += summarize(cmd.Activity())
+	}
+	return text, nil
 }
 
 // callContext bounds a call by its timeout, or the Set's default when it

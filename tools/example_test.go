@@ -87,6 +87,7 @@ func ExampleSet_OpenAITools() {
 	}
 	// Output:
 	// execute_bash [command]
+	// terminal []
 	// python [code]
 	// str_replace_editor [command path]
 	// submit [answer]

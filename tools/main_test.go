@@ -18,8 +18,7 @@ import (
 var busyboxImage, pythonImage string
 
 func TestMain(m *testing.M) {
-	idle := func(context.Context) (func(), error) { return sandboxtest.CloseIdleConnections, nil }
-	os.Exit(testenv.Main(m, testenv.Images{Busybox: &busyboxImage, Python: &pythonImage}, idle))
+	os.Exit(testenv.Main(m, sandbox.DefaultDriver, testenv.Images{Busybox: &busyboxImage, Python: &pythonImage}, nil))
 }
 
 // newSandbox returns a sandbox of img closed at the end of the test.

@@ -1,5 +1,6 @@
 // Package tools gives a language model function-calling tools over a
-// sandbox: a shell, a file editor and a way to hand in its answer.
+// sandbox: a shell, a terminal, a file editor and a way to hand in its
+// answer.
 //
 // A Set holds the tools of one sandbox (one episode of an agent). Its
 // Definitions go into the model's request (OpenAITools and AnthropicTools
@@ -21,6 +22,13 @@
 //
 // The tools are:
 //
+//   - terminal {text?, keys?, wait_for?, timeout?, restart?}: works a
+//     terminal in the sandbox (a sandbox.Terminal running a shell, started
+//     on the first call and kept): types text, presses keys, waits for the
+//     screen to settle or to match wait_for, and shows the screen as text.
+//     For what execute_bash cannot do: editors, REPLs, pagers, programs
+//     that ask questions, a runaway program stopped with C-c. See
+//     [Terminal].
 //   - python {code, timeout?}: runs code in a persistent Python session
 //     (a sandbox.Interpreter started on the first call), like a notebook
 //     cell; see [Python].
@@ -67,6 +75,22 @@ const (
 	// ExecuteBash runs a shell command: {"command": string, "timeout"?:
 	// seconds}.
 	ExecuteBash = "execute_bash"
+
+	// Terminal works an interactive terminal: {"text"?: string, "keys"?:
+	// [key names], "wait_for"?: regular expression, "timeout"?: seconds,
+	// "restart"?: bool}. The Set keeps one terminal (sandbox.Terminal)
+	// running a shell, started on the first call, again after its program
+	// ended, and anew on restart (which kills everything the old one
+	// started). A call types text (a newline in it is the Enter key), then
+	// presses keys (sandbox.TerminalKeys lists the names: Enter, Escape,
+	// C-c, Up, F1...), then waits: until the screen shows a match of
+	// wait_for, or else until it has been still for 0.3 s; at most timeout
+	// (default 10 s, or the Set's default timeout, capped at 10 minutes),
+	// after which the result says the screen did not match or kept
+	// changing. The result is the screen as text, headed by its size and
+	// the cursor's position, with notes (the program's end, a restart).
+	// Set.Close ends the terminal.
+	Terminal = "terminal"
 
 	// Python runs code in a persistent Python session: {"code": string,
 	// "timeout"?: seconds}. Variables, imports and loaded data stay from
@@ -129,6 +153,7 @@ type Set struct {
 	sb         *sandbox.Sandbox
 	outLimit   int
 	defTimeout time.Duration
+	actSummary bool // WithActivitySummary
 
 	mu        sync.Mutex
 	locks     map[string]*sync.Mutex // per path, for edits
@@ -138,6 +163,9 @@ type Set struct {
 	answer    string
 	submitted bool
 	workdir   string // found on first need
+
+	termMu sync.Mutex // serializes terminal calls
+	term   *sandbox.Terminal
 
 	pyMu    sync.Mutex // serializes python calls
 	py      *sandbox.Interpreter
@@ -228,6 +256,25 @@ var definitions = []Definition{
     "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400, "description": "Seconds after which the command is killed. Optional; the sandbox's limit applies anyway."}
   },
   "required": ["command"],
+  "additionalProperties": false
+}`),
+	},
+	{
+		Name: Terminal,
+		Description: `Work an interactive terminal in the sandbox, as a person at a keyboard would: type text, press keys, and read the screen. Use it for what execute_bash cannot do: editors (vi), REPLs (python3, sh), pagers, programs that ask questions, long-running programs you want to watch or interrupt.
+* One terminal running a shell is kept across calls (cd, variables and running programs stay). It starts on the first call; restart: true kills it, with everything it started, and starts a new one.
+* text is typed as is, except that a newline is the Enter key. keys are pressed after it: Enter, Tab, Escape, Backspace, Delete, Up, Down, Left, Right, Home, End, PageUp, PageDown, F1-F12, C-a ... C-z (Ctrl: C-c interrupts, C-d ends input), M-x (Alt).
+* Each call then waits until the screen matches the regular expression wait_for, or, without it, until the screen stops changing, at most timeout seconds, and shows the screen (24 rows x 80 columns) with the cursor's position. Call with no text and no keys to look at the screen again, or to wait for it.`,
+		Parameters: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "text": {"type": "string", "description": "Text to type, e.g. \"ls -la\\n\" (a newline is the Enter key) or \"ihello\" in vi."},
+    "keys": {"type": "array", "items": {"type": "string"}, "description": "Keys to press after the text, in order, e.g. [\"Escape\"], [\"C-c\"] or [\"Up\", \"Enter\"]."},
+    "wait_for": {"type": "string", "description": "A regular expression (RE2) to wait for on the screen, e.g. \"[$#] $\" for a shell prompt. Without it the call waits until the screen stops changing."},
+    "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 600, "description": "Seconds to wait at most (default 10). The screen is shown either way."},
+    "restart": {"type": "boolean", "description": "Kill the terminal and everything it started, then start a new shell, before typing."}
+  },
+  "required": [],
   "additionalProperties": false
 }`),
 	},
@@ -374,6 +421,8 @@ func (t *Set) CallResult(ctx context.Context, name, argsJSON string) (Result, er
 	switch c := c.(type) {
 	case bashCall:
 		text, err = t.bash(ctx, c)
+	case terminalCall:
+		text, err = t.terminal(ctx, c)
 	case pythonCall:
 		return t.python(ctx, c)
 	case editorCall:
@@ -386,17 +435,18 @@ func (t *Set) CallResult(ctx context.Context, name, argsJSON string) (Result, er
 	return Result{Text: text}, err
 }
 
-// Close ends the python tool's session, if one was started. The sandbox
-// stays open.
+// Close ends the python tool's session and the terminal tool's terminal,
+// if they were started. The sandbox stays open.
 func (t *Set) Close() error {
+	terr := t.closeTerminal()
 	t.pyMu.Lock()
 	defer t.pyMu.Unlock()
 	if t.py == nil {
-		return nil
+		return terr
 	}
 	err := t.py.Close()
 	t.py = nil
-	return err
+	return errors.Join(err, terr)
 }
 
 // Submitted returns the answer given with the submit tool, and whether it

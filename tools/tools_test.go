@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/internal/testenv"
+	"github.com/agentsandbox/sandbox/sandboxtest"
 	"github.com/agentsandbox/sandbox/tools"
 )
 
@@ -53,14 +54,14 @@ func TestDefinitions(t *testing.T) {
 			t.Errorf("%s: no description", d.Name)
 		}
 	}
-	if want := []string{tools.ExecuteBash, tools.Python, tools.Editor, tools.Submit}; !slices.Equal(names, want) {
+	if want := []string{tools.ExecuteBash, tools.Terminal, tools.Python, tools.Editor, tools.Submit}; !slices.Equal(names, want) {
 		t.Errorf("names = %v, want %v", names, want)
 	}
 
 	oa := set.OpenAITools()
 	an := set.AnthropicTools()
-	if len(oa) != 4 || len(an) != 4 {
-		t.Fatalf("got %d OpenAI and %d Anthropic tools, want 4 each", len(oa), len(an))
+	if len(oa) != 5 || len(an) != 5 {
+		t.Fatalf("got %d OpenAI and %d Anthropic tools, want 5 each", len(oa), len(an))
 	}
 	for i, d := range defs {
 		fn, _ := oa[i]["function"].(map[string]any)
@@ -134,7 +135,7 @@ func checkSchema(t *testing.T, name string, s map[string]any) {
 		}
 	}
 	req, ok := s["required"].([]any)
-	if !ok || len(req) == 0 {
+	if !ok || len(req) == 0 && name != tools.Terminal { // a terminal call may only look
 		t.Errorf("%s: required = %v", name, s["required"])
 	}
 	for _, r := range req {
@@ -232,6 +233,21 @@ func TestExecuteBashOptions(t *testing.T) {
 	}
 	check(t, "explicit timeout wins", call(t, set, tools.ExecuteBash, args("command", "sleep 1.5; echo slept", "timeout", 10)),
 		"exit code: 0\n[stdout]\nslept\n")
+}
+
+// TestExecuteBashActivity: with WithActivitySummary and the sandbox's
+// record on, the result ends with what the command ran; without the
+// record, nothing is added.
+func TestExecuteBashActivity(t *testing.T) {
+	t.Parallel()
+	sb := newSandbox(t, busyboxImage, sandbox.WithActivity(true))
+	set := tools.New(sb, tools.WithActivitySummary())
+	check(t, "with the record", call(t, set, tools.ExecuteBash, args("command", "/bin/true; /bin/true; /bin/echo hi; : > made; (: > /etc/x) 2>/dev/null; exit 0")),
+		"exit code: 0\n[stdout]\nhi\n[activity]\nprograms: 4 — sh, true ×2, echo\nfiles: 2 changes — 2 created; 1 refused: create /etc/x\n")
+	check(t, "one file", call(t, set, tools.ExecuteBash, args("command", "rm made")),
+		"exit code: 0\n(no output)\n[activity]\nprograms: 1 — sh\nfiles: 1 change — 1 removed\n") // busybox's rm runs in its shell
+	off, _ := newSet(t, tools.WithActivitySummary())
+	check(t, "without", call(t, off, tools.ExecuteBash, args("command", "/bin/true")), "exit code: 0\n(no output)\n")
 }
 
 func TestExecuteBashOOM(t *testing.T) {
@@ -507,9 +523,9 @@ func TestMalformed(t *testing.T) {
 	mustExec(t, sb, "printf 'a = 1\\nb = 2\\na = 1\\n' > dup.py")
 	for _, tc := range []struct{ name, tool, args, want string }{
 		{"unknown tool", "jupyter", `{"code": "print(1)"}`,
-			`Error: Unknown tool "jupyter". The tools are: execute_bash, python, str_replace_editor, submit.`},
+			`Error: Unknown tool "jupyter". The tools are: execute_bash, terminal, python, str_replace_editor, submit.`},
 		{"empty tool name", "", `{}`,
-			`Error: Unknown tool "". The tools are: execute_bash, python, str_replace_editor, submit.`},
+			`Error: Unknown tool "". The tools are: execute_bash, terminal, python, str_replace_editor, submit.`},
 		{"truncated JSON", tools.ExecuteBash, `{"command": "ls`,
 			`Error: The arguments of execute_bash are not valid JSON (unexpected end of JSON input, at byte 15). Send one JSON object, for example {"command": "ls -la"}.`},
 		{"trailing garbage", tools.ExecuteBash, `{"command": "ls"} x`,
@@ -633,15 +649,12 @@ func TestSandboxFailures(t *testing.T) {
 		defer close(done)
 		out, err = set.Call(ctx, tools.ExecuteBash, args("command", "echo started; sleep 30"))
 	}()
-	deadline := time.Now().Add(30 * time.Second)
 	// The sleep itself, not the shell whose arguments also say "sleep 30":
 	// once it runs, "started" has been written.
-	for !slices.Contains(strings.Split(mustExec(t, sb, "ps -o args"), "\n"), "sleep 30") {
-		if time.Now().After(deadline) {
-			t.Fatal("the command never started")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	sandboxtest.Eventually(t, 30*time.Second, func() (bool, string) {
+		ps := mustExec(t, sb, "ps -o args")
+		return slices.Contains(strings.Split(ps, "\n"), "sleep 30"), "the command never started:\n" + ps
+	})
 	start := time.Now()
 	cancel()
 	<-done

@@ -48,9 +48,15 @@ type Args struct {
 	KeepEnv []string
 
 	// Listen, if set, is a unix socket at which the agent serves the
-	// library on the first connection (through an agent run with Connect);
-	// its standard input then only holds the instance alive.
+	// library (through an agent run with Connect, exec'd by the engine).
+	// Without Lease, it serves the first connection only, and its standard
+	// input only holds the instance alive (the tether).
 	Listen string
+	// Lease, if > 0 (it needs Listen), makes the instance leased: the
+	// agent serves every connection to Listen as a session of its own,
+	// ignores its standard input, and ends the instance once no session
+	// renewed the lease for this long (see wire.Lease).
+	Lease time.Duration
 	// Writable, with Listen, are the writable mounts besides the working
 	// directory that the agent leaves writable; it locks every other one.
 	Writable []string
@@ -63,6 +69,10 @@ type Args struct {
 	// Isolate, with Install, makes it take every network interface but
 	// loopback down first.
 	Isolate bool
+	// Activity makes the agent start the activity record's monitor (its
+	// two threads count against the PIDs limit); without it, no command
+	// has a record (its exit says wire.Exit.NoActivity).
+	Activity bool
 }
 
 // Argv renders a as the agent's arguments (after the program's name):
@@ -100,6 +110,15 @@ func (a Args) Argv() ([]string, error) {
 	if a.Lifetime > 0 {
 		str("lifetime", a.Lifetime.String())
 	}
+	if a.Lease < 0 {
+		return nil, fmt.Errorf("agentargs: lease is negative (%v)", a.Lease)
+	}
+	if a.Lease > 0 && a.Listen == "" {
+		return nil, errors.New("agentargs: a lease needs a socket to listen on (Listen)")
+	}
+	if a.Lease > 0 {
+		str("lease", a.Lease.String())
+	}
 	str("user", a.User)
 	if a.Drawn {
 		argv = append(argv, "-drawn")
@@ -113,6 +132,9 @@ func (a Args) Argv() ([]string, error) {
 	str("install", a.Install)
 	if a.Isolate {
 		argv = append(argv, "-isolate")
+	}
+	if a.Activity {
+		argv = append(argv, "-activity")
 	}
 	if err != nil {
 		return nil, err
@@ -129,6 +151,7 @@ func Parse(argv []string) (Args, error) {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.DurationVar(&a.Lifetime, "lifetime", 0, "")
+	fs.DurationVar(&a.Lease, "lease", 0, "")
 	fs.StringVar(&a.User, "user", "", "")
 	fs.BoolVar(&a.Drawn, "drawn", false, "")
 	fs.IntVar(&a.RelayPort, "relay", 0, "")
@@ -141,14 +164,18 @@ func Parse(argv []string) (Args, error) {
 	fs.StringVar(&a.Connect, "connect", "", "")
 	fs.StringVar(&a.Install, "install", "", "")
 	fs.BoolVar(&a.Isolate, "isolate", false, "")
+	fs.BoolVar(&a.Activity, "activity", false, "")
 	if err := fs.Parse(argv); err != nil {
 		return Args{}, fmt.Errorf("agentargs: %w", err)
 	}
 	if fs.NArg() > 0 {
 		return Args{}, fmt.Errorf("agentargs: unexpected argument %q", fs.Arg(0))
 	}
-	if a.Lifetime < 0 || a.RelayPort < 0 || a.FileSize < 0 || a.OpenFiles < 0 || a.Procs < 0 {
-		return Args{}, errors.New("agentargs: a negative lifetime, port or limit")
+	if a.Lifetime < 0 || a.Lease < 0 || a.RelayPort < 0 || a.FileSize < 0 || a.OpenFiles < 0 || a.Procs < 0 {
+		return Args{}, errors.New("agentargs: a negative lifetime, lease, port or limit")
+	}
+	if a.Lease > 0 && a.Listen == "" {
+		return Args{}, errors.New("agentargs: -lease needs -listen")
 	}
 	if keepEnv != "" {
 		a.KeepEnv = strings.Split(keepEnv, ",")

@@ -16,7 +16,9 @@ func TestUnitRoundTrip(t *testing.T) {
 		{Lifetime: time.Second, User: "nobody", FileSize: 1 << 30, OpenFiles: 1024, Procs: 64,
 			KeepEnv: []string{"HOME", "PATH"}, Listen: "/dev/agentsandbox.sock", Writable: []string{"/tmp", "/dev/shm", "/dev/mqueue"}},
 		{Connect: "/dev/agentsandbox.sock"},
+		{Lifetime: time.Hour, Lease: 30 * time.Second, Listen: "/dev/agentsandbox.sock", RelayPort: 9},
 		{Install: "/.agentsandbox/agent", Isolate: true},
+		{Activity: true, RelayPort: 9},
 	} {
 		argv, err := a.Argv()
 		if err != nil {
@@ -34,6 +36,10 @@ func TestUnitRoundTrip(t *testing.T) {
 	if want := []string{"-lifetime=1m30s", "-user=1000:1000", "-drawn", "-relay=8"}; !slices.Equal(argv, want) {
 		t.Errorf("argv %q, want %q", argv, want)
 	}
+	argv, _ = Args{Lease: 20 * time.Second, Listen: "/s"}.Argv()
+	if want := []string{"-lease=20s", "-listen=/s"}; !slices.Equal(argv, want) {
+		t.Errorf("argv %q, want %q", argv, want)
+	}
 }
 
 // What the agent could not read back is an error, not a different value.
@@ -45,12 +51,14 @@ func TestUnitRefused(t *testing.T) {
 		{FileSize: -1},
 		{RelayPort: -1},
 		{Lifetime: -time.Second},
+		{Lease: -time.Second, Listen: "/s"},
+		{Lease: time.Second}, // a lease without a socket
 	} {
 		if argv, err := a.Argv(); err == nil {
 			t.Errorf("%+v rendered as %q", a, argv)
 		}
 	}
-	for _, argv := range [][]string{{"-bogus"}, {"-lifetime=soon"}, {"-nproc=-3"}, {"-user=x", "stray"}, {"-relay=x"}} {
+	for _, argv := range [][]string{{"-bogus"}, {"-lifetime=soon"}, {"-nproc=-3"}, {"-user=x", "stray"}, {"-relay=x"}, {"-lease=-1s", "-listen=/s"}, {"-lease=1s"}, {"-lease=soon", "-listen=/s"}} {
 		if a, err := Parse(argv); err == nil {
 			t.Errorf("%q parsed as %+v", argv, a)
 		}

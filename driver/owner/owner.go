@@ -24,6 +24,24 @@ const (
 	LabelKind    = "dev.agentsandbox.kind"    // what for: "sandbox", "disk", "snapshot", ...
 )
 
+// Label keys of leased sandboxes (driver.Spec.Agent.Lease), which no
+// process owns: Prune leaves such an instance, and every object made for
+// it, while the instance runs, whatever Dead says of LabelOwner, and
+// removes them once it has ended.
+const (
+	// LabelLease is on a leased instance and on what was made for it:
+	// the lease's duration (time.Duration's String).
+	LabelLease = "dev.agentsandbox.lease"
+	// LabelInstance is on what was made for a leased instance (a volume,
+	// a network): the instance's name, to ask whether it still runs.
+	LabelInstance = "dev.agentsandbox.instance"
+	// LabelRecord holds driver.Spec.Record, where labels hold it.
+	LabelRecord = "dev.agentsandbox.record"
+	// LabelImage is the image the instance was asked to run
+	// (driver.Spec.Image), as given.
+	LabelImage = "dev.agentsandbox.image"
+)
+
 var id = sync.OnceValue(func() string {
 	host, _ := os.Hostname()
 	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")

@@ -29,6 +29,7 @@ const systemPrompt = `You are an autonomous agent solving a task in a sandbox: a
 
 Your tools:
 - execute_bash runs a shell command and shows its exit code, standard output and standard error. Every call starts a new shell in /workspace, so cd does not carry over; there is no network, so do not try to install packages.
+- terminal works an interactive terminal that stays open across calls: type text (a newline is Enter), press keys such as C-c or Escape, and read the screen. Use it for programs that need a keyboard (editors, REPLs, prompts) or to stop a program that runs too long.
 - str_replace_editor views, creates and edits files; paths must be absolute (for example /workspace/main.py).
 - submit hands in your final answer and ends the task.
 

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/images"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 )
@@ -28,6 +29,14 @@ var busyboxImage, pythonImage string
 func TestMain(m *testing.M) {
 	os.Setenv("AGENTSANDBOX_PULL", "never") // tests never reach a registry
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	// On an engine that puts no resource limits in force (rootless Podman
+	// on cgroup v1) New refuses the example's sandboxes, which have the
+	// default limits: its tests do not apply there.
+	if caps, err := sandbox.DefaultDriver.Caps(ctx); err == nil && caps.NoResourceLimits {
+		cancel()
+		fmt.Fprintf(os.Stderr, "not applicable on %v: it puts no resource limits in force (driver.Caps.NoResourceLimits), and the example's sandboxes have the default limits\n", caps.Engine)
+		os.Exit(0)
+	}
 	var err error
 	if busyboxImage, err = images.Ensure(ctx, images.Busybox, os.Stderr); err == nil {
 		pythonImage, err = images.FromEnv(ctx, os.Stderr)
@@ -273,7 +282,7 @@ func TestPlotTrajectory(t *testing.T) {
 			t.Errorf("tool %+v", tl)
 		}
 	}
-	if !slices.Equal(names, []string{"execute_bash", "python", "str_replace_editor", "submit"}) {
+	if !slices.Equal(names, []string{"execute_bash", "terminal", "python", "str_replace_editor", "submit"}) {
 		t.Errorf("tools = %v", names)
 	}
 
@@ -412,7 +421,7 @@ func TestMalformedTrajectory(t *testing.T) {
 	}
 	step(1,
 		`Error: The arguments of execute_bash are not valid JSON (unexpected end of JSON input, at byte 30). Send one JSON object, for example {"command": "ls -la"}.`,
-		`Error: Unknown tool "jupyter". The tools are: execute_bash, python, str_replace_editor, submit.`,
+		`Error: Unknown tool "jupyter". The tools are: execute_bash, terminal, python, str_replace_editor, submit.`,
 		"Error: Unknown parameter \"cmd\" for execute_bash. Its parameters are: command, timeout.",
 		"Error: Parameter `path` is required for command view: an absolute path such as /workspace/main.py.")
 	step(2,

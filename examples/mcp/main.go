@@ -1,9 +1,9 @@
 // Command mcp is a Model Context Protocol server, over stdio, that gives an
 // MCP client (an agent, an IDE, Claude Desktop...) the sandbox tools of
-// package tools: execute_bash, python, str_replace_editor and submit, all working in
+// package tools: execute_bash, terminal, python, str_replace_editor and submit, all working in
 // one hardened, network-less sandbox.
 //
-//	go run ./mcp [-image REF]
+//	go run ./mcp [-image REF] [-activity]
 //
 // Register it with a client as a stdio server whose command is the built
 // binary. The sandbox is made on the first tool call and removed when the
@@ -13,7 +13,10 @@
 //
 // The image comes from -image, else SANDBOX_IMAGE, else the project's own
 // Debian + Python image, which is built offline first if it is missing.
-// Standard output carries the protocol; logs go to standard error.
+// With -activity, the sandbox keeps its activity record and each
+// execute_bash result ends with a short summary of what the command ran
+// and tried to reach (tools.WithActivitySummary). Standard output carries
+// the protocol; logs go to standard error.
 package main
 
 import (
@@ -39,18 +42,20 @@ const version = "0.1.0"
 
 const instructions = `The tools run in one Linux sandbox kept for this whole session: ` +
 	`a container with no network, a non-root user and the working directory /workspace. ` +
-	`Use execute_bash to run shell commands, str_replace_editor to view, create and edit files ` +
+	`Use execute_bash to run shell commands, terminal for interactive programs (type text, press keys, ` +
+	`read the screen), str_replace_editor to view, create and edit files ` +
 	`(absolute paths), and submit to give your final answer.`
 
 func main() {
 	image := flag.String("image", "", "image to run (default: $SANDBOX_IMAGE or the project's Python image)")
+	activity := flag.Bool("activity", false, "record what each command does and summarize it in execute_bash's results")
 	flag.Parse()
 	log.SetOutput(os.Stderr) // standard output is the protocol
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 	log.SetPrefix("mcp: ")
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := serve(ctx, *image, &mcp.StdioTransport{})
+	err := serve(ctx, &session{image: *image, activity: *activity}, &mcp.StdioTransport{})
 	stop()
 	if err != nil {
 		log.Fatal(err)
@@ -59,8 +64,7 @@ func main() {
 
 // serve runs the server on transport until the client goes away or ctx is
 // done, then removes the sandbox. A done ctx is a normal end.
-func serve(ctx context.Context, image string, transport mcp.Transport) error {
-	sess := &session{image: image}
+func serve(ctx context.Context, sess *session, transport mcp.Transport) error {
 	server := mcp.NewServer(&mcp.Implementation{Name: "agentsandbox", Title: "Sandbox tools", Version: version},
 		&mcp.ServerOptions{Instructions: instructions})
 	for _, d := range tools.New(nil).Definitions() {
@@ -87,7 +91,8 @@ func serve(ctx context.Context, image string, transport mcp.Transport) error {
 
 // session holds the sandbox of the one client a stdio server has.
 type session struct {
-	image string
+	image    string
+	activity bool // -activity
 
 	mu     sync.Mutex // held while the sandbox is made
 	sb     *sandbox.Sandbox
@@ -113,12 +118,16 @@ func (s *session) tools(ctx context.Context) (*tools.Set, error) {
 			return nil, err
 		}
 	}
-	sb, err := sandbox.New(ctx, sandbox.WithImage(ref))
+	sb, err := sandbox.New(ctx, sandbox.WithImage(ref), sandbox.WithActivity(s.activity))
 	if err != nil {
 		return nil, err
 	}
 	log.Printf("sandbox %.12s is up (image %s)", sb.ID(), ref)
-	s.sb, s.set = sb, tools.New(sb)
+	var opts []tools.Option
+	if s.activity {
+		opts = append(opts, tools.WithActivitySummary())
+	}
+	s.sb, s.set = sb, tools.New(sb, opts...)
 	return s.set, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentsandbox/sandbox"
 	"github.com/agentsandbox/sandbox/images"
 	"github.com/agentsandbox/sandbox/sandboxtest"
 	"github.com/agentsandbox/sandbox/tools"
@@ -33,6 +34,14 @@ func TestMain(m *testing.M) {
 	// checked by each test, this process's objects by sandboxtest.
 	os.Setenv("AGENTSANDBOX_PULL", "never") // tests never reach a registry
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	// On an engine that puts no resource limits in force (rootless Podman
+	// on cgroup v1) New refuses the example's sandboxes, which have the
+	// default limits: its tests do not apply there.
+	if caps, err := sandbox.DefaultDriver.Caps(ctx); err == nil && caps.NoResourceLimits {
+		cancel()
+		fmt.Fprintf(os.Stderr, "not applicable on %v: it puts no resource limits in force (driver.Caps.NoResourceLimits), and the example's sandboxes have the default limits\n", caps.Engine)
+		os.Exit(0)
+	}
 	var err error
 	pythonImage, err = images.FromEnv(ctx, os.Stderr)
 	if err != nil {
@@ -220,7 +229,7 @@ func TestServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	// The four tools, with the schemas and descriptions of package tools.
+	// The five tools, with the schemas and descriptions of package tools.
 	list, err := s.cs.ListTools(ctx, nil)
 	if err != nil {
 		t.Fatalf("ListTools: %v", err)
@@ -235,7 +244,7 @@ func TestServer(t *testing.T) {
 	}
 	slices.Sort(names)
 	slices.Sort(want)
-	if !slices.Equal(names, []string{tools.ExecuteBash, tools.Python, tools.Editor, tools.Submit}) || !slices.Equal(names, want) {
+	if !slices.Equal(names, []string{tools.ExecuteBash, tools.Python, tools.Editor, tools.Submit, tools.Terminal}) || !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
 	for _, d := range defs {
@@ -302,12 +311,23 @@ func TestServer(t *testing.T) {
 	if ic, ok := res.Content[1].(*mcp.ImageContent); !ok || ic.MIMEType != "image/png" || !bytes.HasPrefix(ic.Data, []byte("\x89PNG")) {
 		t.Errorf("python image content: %T %+v", res.Content[1], res.Content[1])
 	}
+	// The terminal: a REPL's prompt answered, in the same sandbox.
+	out, isErr = s.call(t, tools.Terminal, map[string]any{"text": "python3 -q\n", "wait_for": ">>>$"})
+	// (Typed before the shell's prompt, the command's echo comes first
+	// and the prompt shares a line with python's: "$ >>>".)
+	if isErr || !strings.HasSuffix(out, ">>>\n") {
+		t.Errorf("terminal, python3: %q (IsError %v), want the screen ending with its prompt", out, isErr)
+	}
+	out, isErr = s.call(t, tools.Terminal, map[string]any{"text": "exec(open('hello.py').read())\n", "wait_for": "42\\n>>>$"})
+	if isErr || !strings.Contains(out, "\nhello\n42\n>>>\n") {
+		t.Errorf("terminal, a line typed into python3: %q (IsError %v)", out, isErr)
+	}
 	out, isErr = s.call(t, tools.Submit, map[string]any{"answer": "42"})
 	if isErr || out != wantSubmit {
 		t.Errorf("submit: %q (IsError %v), want %q", out, isErr, wantSubmit)
 	}
 	if cs, _ := objects(t, pid); len(cs) != 1 || cs[0].ID != sandboxID {
-		t.Errorf("after six calls the server has containers %+v, want the one sandbox %.12s", cs, sandboxID)
+		t.Errorf("after eight calls the server has containers %+v, want the one sandbox %.12s", cs, sandboxID)
 	}
 
 	s.close(t)
@@ -317,6 +337,17 @@ func TestServer(t *testing.T) {
 		if !strings.Contains(log, line) {
 			t.Errorf("server log lacks %q:\n%s", line, log)
 		}
+	}
+}
+
+// TestServerActivity: with -activity, execute_bash's result ends with the
+// summary of what the command ran.
+func TestServerActivity(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "-activity")
+	out, isErr := s.call(t, tools.ExecuteBash, map[string]any{"command": "/bin/true; echo done"})
+	if isErr || !strings.HasSuffix(out, "done\n[activity]\nprograms: 2 — sh, true\n") {
+		t.Errorf("execute_bash with -activity: %q (IsError %v), want it to end with the activity summary", out, isErr)
 	}
 }
 
@@ -359,7 +390,9 @@ func TestServerSignal(t *testing.T) {
 		if err != nil {
 			t.Fatalf("top: %v", err)
 		}
-		if slices.ContainsFunc(top.Processes, func(p []string) bool { return p[len(p)-1] == "sleep 600" }) {
+		// Docker gives the command as one column, Podman a column per
+		// word.
+		if slices.ContainsFunc(top.Processes, func(p []string) bool { return strings.HasSuffix(" "+strings.Join(p, " "), " sleep 600") }) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -27,8 +27,8 @@ import (
 //     result is a line of output), so it must not wait for a timer: the
 //     runtime's poller sleeps in whole milliseconds.
 //   - Frames nobody waits for — Started, the ends of stream, which Exited
-//     always follows, and acknowledgements — wait up to batchDelay for
-//     company.
+//     always follows, acknowledgements, and activity events as they
+//     happen — wait up to batchDelay for company.
 //
 // Order is kept; batchSize bytes pending are written at once.
 const (
@@ -42,26 +42,54 @@ const (
 type batcher struct {
 	w    io.Writer
 	kick chan struct{} // wakes the flusher
+	quit chan struct{} // closed by stop: the flusher returns
 	t    *time.Timer   // flushes after batchDelay
+	fail func()        // what a failed write does (once)
 
 	mu      sync.Mutex // held while pending is written: order is kept
 	pending []byte
 	kicked  bool // the flusher was kicked and has not flushed yet
 	timed   bool // the timer runs
+	dead    bool // a write failed, or stop: frames are dropped
 }
 
-func newBatcher(w io.Writer) *batcher {
-	b := &batcher{w: w, kick: make(chan struct{}, 1)}
+// newBatcher returns the batcher of a tethered agent's only stream: if
+// the library is gone, the agent exits (which ends the container).
+func newBatcher(w io.Writer) *batcher { return newSessionBatcher(w, func() { os.Exit(0) }) }
+
+// newSessionBatcher returns a batcher whose first failed write calls fail
+// (which ends the session); what comes after is dropped.
+func newSessionBatcher(w io.Writer, fail func()) *batcher {
+	b := &batcher{w: w, kick: make(chan struct{}, 1), quit: make(chan struct{}), fail: fail}
 	b.t = time.AfterFunc(time.Hour, b.flush)
 	b.t.Stop()
 	go b.flusher()
 	return b
 }
 
+// stop ends the batcher: its flusher returns and frames are dropped.
+func (b *batcher) stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.dead {
+		b.dead = true
+		b.pending = nil
+	}
+	b.t.Stop()
+	select {
+	case <-b.quit:
+	default:
+		close(b.quit)
+	}
+}
+
 // Write takes one whole frame.
 func (b *batcher) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.dead {
+		return len(p), nil
+	}
 	b.pending = append(b.pending, p...)
 	var k wire.Kind
 	if len(p) > 0 {
@@ -69,7 +97,7 @@ func (b *batcher) Write(p []byte) (int, error) {
 	}
 	output := (k == wire.Stdout || k == wire.Stderr) && len(p) > wire.HeaderSize
 	switch {
-	case len(b.pending) >= batchSize || !(output || k == wire.Started || k == wire.Stdout || k == wire.Stderr || k == wire.Ack):
+	case len(b.pending) >= batchSize || !(output || k == wire.Started || k == wire.Stdout || k == wire.Stderr || k == wire.Ack || k == wire.Activity):
 		b.writeLocked()
 	case output && !b.kicked:
 		b.kicked = true
@@ -87,7 +115,12 @@ func (b *batcher) Write(p []byte) (int, error) {
 // flusher writes output once every goroutine that could add to it has had
 // its turn.
 func (b *batcher) flusher() {
-	for range b.kick {
+	for {
+		select {
+		case <-b.kick:
+		case <-b.quit:
+			return
+		}
 		runtime.Gosched()
 		runtime.Gosched()
 		b.mu.Lock()
@@ -116,19 +149,21 @@ func (b *batcher) flush() {
 	}
 }
 
-// writeLocked writes what is pending. If the library is gone, the agent
-// exits (which ends the container).
+// writeLocked writes what is pending. If the library is gone, the batcher
+// fails (see newBatcher and newSessionBatcher).
 func (b *batcher) writeLocked() {
 	b.kicked = false
 	if b.timed {
 		b.t.Stop()
 		b.timed = false
 	}
-	if len(b.pending) == 0 {
+	if len(b.pending) == 0 || b.dead {
 		return
 	}
 	if _, err := b.w.Write(b.pending); err != nil {
-		os.Exit(0)
+		b.dead, b.pending = true, nil
+		b.fail()
+		return
 	}
 	if cap(b.pending) > 4*batchSize {
 		b.pending = nil

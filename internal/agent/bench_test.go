@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -34,11 +35,31 @@ func BenchmarkAgentExec(b *testing.B) {
 		}
 		b.ReportMetric(float64(cpuSelf()-cpu)/float64(b.N), "cpu-ns/op")
 	})
-	b.Run("impl=agent", func(b *testing.B) {
+	for _, mon := range []bool{false, true} {
+		name := "impl=agent"
+		if mon {
+			name = "impl=agent-activity"
+		}
+		b.Run(name, func(b *testing.B) { benchAgentExec(b, sh, mon) })
+	}
+}
+
+// benchAgentExec is BenchmarkAgentExec's agent, with the activity
+// record's monitor or without, on one P as in a sandbox.
+func benchAgentExec(b *testing.B, sh string, mon bool) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	{
 		inR, inW, _ := os.Pipe()
 		outR, outW, _ := os.Pipe()
 		a := newAgent(newBatcher(outW), startWorkers(1), newOOMScore())
-		go a.reap()
+		if mon {
+			m, err := newMonitor(a.acts.add)
+			if err != nil {
+				b.Skip(err)
+			}
+			a.mon = m
+		}
+		a.startReaper()
 		go a.serve(inR)
 		lib := wire.NewWriter(inW)
 		var mu sync.Mutex
@@ -72,7 +93,7 @@ func BenchmarkAgentExec(b *testing.B) {
 		inW.Close()
 		outW.Close()
 		io.Copy(io.Discard, outR)
-	})
+	}
 }
 
 func uidSpec() string {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -26,8 +27,8 @@ const freezeWait = 2 * time.Second
 // and proves afterwards that none ran: see freezer.
 
 // freezer stops every process of the sandbox but the agent and those it
-// must keep running (the Kubernetes relay that carries the agent's
-// frames), and resumes those it stopped. A process stopped by its user
+// must keep running (the relays that carry the sessions' frames), and
+// resumes those it stopped. A process stopped by its user
 // before the freeze came is left as it was.
 //
 // Stopping one process at a time cannot by itself keep the processes
@@ -42,14 +43,15 @@ const freezeWait = 2 * time.Second
 // the files were read while something ran (errNotStill).
 type freezer struct {
 	self    int
-	keep    map[int]bool // never stopped (the relay)
+	keep    map[int]bool // never stopped (the relays)
+	relay   uint32       // the relays' user: processes of it are never stopped either (where the kernel gave no relay's process ID)
 	stopped map[int]bool // processes this freeze signalled
 	order   []int        // the same, in order, for thaw
 	buf     []byte
 }
 
-func newFreezer(self int, keep []int) *freezer {
-	z := &freezer{self: self, keep: map[int]bool{}, stopped: map[int]bool{}, buf: make([]byte, 8<<10)}
+func newFreezer(self int, keep []int, relay uint32) *freezer {
+	z := &freezer{self: self, keep: map[int]bool{}, relay: relay, stopped: map[int]bool{}, buf: make([]byte, 8<<10)}
 	for _, p := range keep {
 		z.keep[p] = true
 	}
@@ -64,6 +66,7 @@ type mark struct {
 	cpu      uint64 // utime + stime, clock ticks
 	start    uint64 // start time, clock ticks since boot
 	comm     string
+	uid      int64 // real user, -1 if unread
 }
 
 // stoppedState reports a task that does not run: stopped by a signal (T)
@@ -126,6 +129,9 @@ func (z *freezer) scan(stop bool) (map[int]mark, *mark) {
 		signalled := false
 		for _, tid := range tids(pid) {
 			m, ok := z.read(pid, tid)
+			if ok && m.uid == int64(z.relay) {
+				break // a relay, whose process ID the kernel did not give
+			}
 			if !ok || deadState(m.state) {
 				continue
 			}
@@ -157,7 +163,7 @@ func (z *freezer) scan(stop bool) (map[int]mark, *mark) {
 
 // read takes the mark of task tid of process pid.
 func (z *freezer) read(pid, tid int) (mark, bool) {
-	m := mark{pid: pid}
+	m := mark{pid: pid, uid: -1}
 	dir := "/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid)
 	st, ok := readFile(dir+"/stat", z.buf)
 	if !ok {
@@ -192,6 +198,12 @@ func (z *freezer) read(pid, tid int) (mark, bool) {
 		} else if v, ok := bytes.CutPrefix(line, []byte("nonvoluntary_ctxt_switches:")); ok {
 			n, _ := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64)
 			m.switches += n
+		} else if v, ok := bytes.CutPrefix(line, []byte("Uid:")); ok {
+			if f := bytes.Fields(v); len(f) > 0 {
+				if n, err := strconv.ParseInt(string(f[0]), 10, 64); err == nil {
+					m.uid = n
+				}
+			}
 		}
 	}
 	return m, true
@@ -251,7 +263,10 @@ func readFile(name string, buf []byte) ([]byte, bool) {
 func (a *agent) capture(id fsID, p string, limit int64, out *opOutput) (*skipped, error) {
 	a.freezing.Lock()
 	defer a.freezing.Unlock()
-	z := newFreezer(os.Getpid(), a.keep)
+	a.mu.Lock()
+	keep := slices.Clone(a.keep) // every session's relay
+	a.mu.Unlock()
+	z := newFreezer(os.Getpid(), keep, a.relayUID)
 	defer z.thaw()
 	before, err := z.freeze()
 	if err != nil {

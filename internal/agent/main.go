@@ -23,7 +23,9 @@
 //
 // When its stdin ends (the owning process closed the sandbox or died) or
 // its lifetime is over, it exits, and the kernel ends every process of the
-// container with it.
+// container with it. With -lease (and -listen) the instance is leased
+// instead: it serves sessions on its socket (session.go) and ends once
+// its lease was not renewed in time.
 package main
 
 import (
@@ -126,17 +128,56 @@ func main() {
 		for range drop {
 		}
 	}()
+	// One P: the agent mostly waits on its pipes and children, and with a
+	// second P every wake-up also wakes an idle thread to look for work
+	// (measured: more CPU per command, not less, with many sandboxes at
+	// once). Blocking system calls still run beside it on their threads.
+	runtime.GOMAXPROCS(1)
+	debug.SetMemoryLimit(64 << 20)
+	if args.Lifetime > 0 {
+		time.AfterFunc(args.Lifetime, func() { os.Exit(0) })
+	}
+	in := newInstance(startWorkers(fileWorkers), newOOMScore())
+	if args.Activity { // only when asked: its threads count against the PIDs limit
+		if m, err := newMonitor(in.activity); err == nil {
+			m.relayPort = args.RelayPort
+			in.mon = m
+		} else {
+			fmt.Fprintf(os.Stderr, "agent: no activity record: %v\n", err)
+		}
+	}
+	// Only now, with every thread that a goroutine keeps for itself
+	// started (the file workers', the monitor's): those took idle threads
+	// that were there, and the spare ones must stay spare.
+	prewarmThreads(spareThreads)
+	in.tags = tagsFor(mapped)
+	in.greeting = wire.Greeting{Version: version, PID: os.Getpid(), UID: uid, GID: gid, Limits: seenLimits(args.Procs), Lease: args.Lease, NoActivity: in.mon == nil}
+	if args.RelayPort != 0 {
+		if err := in.listenRelay(args.RelayPort); err != nil {
+			fmt.Fprintf(os.Stderr, "agent: %v\n", err)
+			os.Exit(2)
+		}
+	}
+	if args.Lease > 0 {
+		// Leased: every connection from the library's relay (exec'd by
+		// the engine: see relayProof) is a session; stdin is no tether
+		// (it may be closed).
+		in.execOnly = true
+		err := in.runLeased(ln, args.Lease)
+		fmt.Fprintf(os.Stderr, "agent: %v\n", err)
+		os.Exit(2)
+	}
 	// The stream from and to the library, through the runtime's poller:
 	// no thread sits blocked in a read, so a frame that arrives wakes only
 	// the goroutine that waits for it. Larger pipes to and from the engine
 	// (containerd's FIFOs): fewer wake-ups per megabyte of a file or of
 	// output. Best effort.
-	var in io.Reader
-	var out io.Writer
+	var r io.Reader
+	var w io.Writer
 	var relayPID int
 	if args.Listen != "" {
 		go tether(pollable(0, "stdin"))
-		c, pid, err := accept(ln)
+		c, pid, err := accept(ln, in.relayUID)
 		relayPID = pid
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "agent: %v\n", err)
@@ -144,41 +185,21 @@ func main() {
 		}
 		c.SetReadBuffer(1 << 20)
 		c.SetWriteBuffer(1 << 20)
-		in, out = c, c
+		r, w = c, c
 	} else {
 		for _, fd := range []int{0, 1} {
 			unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, 1<<20)
 		}
-		in, out = pollable(0, "stdin"), pollable(1, "stdout")
+		r, w = pollable(0, "stdin"), pollable(1, "stdout")
 	}
-	// One P: the agent mostly waits on its pipes and children, and with a
-	// second P every wake-up also wakes an idle thread to look for work
-	// (measured: more CPU per command, not less, with many sandboxes at
-	// once). Blocking system calls still run beside it on their threads.
-	runtime.GOMAXPROCS(1)
-	prewarmThreads(6)
-	debug.SetMemoryLimit(64 << 20)
-	if args.Lifetime > 0 {
-		time.AfterFunc(args.Lifetime, func() { os.Exit(0) })
-	}
-	a := newAgent(newBatcher(out), startWorkers(fileWorkers), newOOMScore())
-	a.tags = tagsFor(mapped)
-	if relayPID > 0 {
-		a.keep = []int{relayPID}
-	}
-	if args.RelayPort != 0 {
-		if err := a.listenRelay(args.RelayPort); err != nil {
-			fmt.Fprintf(os.Stderr, "agent: %v\n", err)
-			os.Exit(2)
-		}
-	}
-	go a.reap()
-	if err := a.w.WriteJSON(wire.Hello, 0, wire.Greeting{Version: version, PID: os.Getpid(), UID: uid, GID: gid, Limits: seenLimits(args.Procs)}); err != nil {
+	a := in.newSession(newBatcher(w), relayPID, nil)
+	in.startReaper()
+	if err := a.w.WriteJSON(wire.Hello, 0, in.greeting); err != nil {
 		os.Exit(0)
 	}
 	// Buffered: a frame's header and payload, and the frames that came
 	// together, in one read.
-	a.serve(bufio.NewReaderSize(in, 64<<10)) // returns when stdin ends
+	a.serve(bufio.NewReaderSize(r, 64<<10)) // returns when stdin ends
 	os.Exit(0)
 }
 
@@ -287,17 +308,30 @@ func harden() error {
 	return nil
 }
 
+// spareThreads is how many idle threads the agent makes for the runtime
+// (see prewarmThreads): a few system calls that block at once, and the
+// second P of a monitored fork. With those the runtime made while the
+// agent started, the agent idles at 12 threads without the activity
+// record (15 with it): Limits.PIDs' minimum of 16 leaves a command room.
+const spareThreads = 4
+
+// prewarmHold is how long each of prewarmThreads' goroutines holds its
+// thread, so that the runtime starts them all at once.
+const prewarmHold = 20 * time.Millisecond
+
 // prewarmThreads makes the Go runtime start n OS threads now and keep them
 // idle: a command that has used up the container's PIDs limit (a fork
 // bomb) must not keep the agent from getting a thread when it needs one to
-// kill the bomb.
+// kill the bomb (the runtime cannot do without: "failed to create new OS
+// thread" is fatal). A goroutine that locks a thread for good takes an
+// idle one, so this comes after every such goroutine has started.
 func prewarmThreads(n int) {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(prewarmHold)
 		})
 	}
 	wg.Wait()

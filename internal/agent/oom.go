@@ -22,7 +22,10 @@ import (
 // inherits the agent's, and may lower itself to it again. Only a write
 // with CAP_SYS_RESOURCE moves a floor (the agent tries agentOOMAdj, which
 // needs it); without it, which is the usual case, a command that lowers
-// itself on purpose competes with the agent by size.
+// itself on purpose competes with the agent by size. While a command is
+// being started the agent holds the command's value: from the fork until
+// ForkExec returns (microseconds, longer on a loaded host); the command may
+// already run by then, and reads the agent's raised value if it looks.
 const (
 	agentOOMAdj   = -999 // not -1000: with no command alive, the agent is the last resort rather than none
 	commandOOMAdj = 1000

@@ -11,15 +11,20 @@ package main
 //     -isolate takes the pod's network interfaces down (the init
 //     container alone holds CAP_NET_ADMIN for it);
 //   - the sandbox's container: `agent -listen=PATH -writable=DIRS ...`
-//     serves the library on the first connection to a unix socket at PATH,
+//     serves the library on the first connection to a unix socket at PATH
+//     (from a relay that proves itself: relayProof),
 //     its stdin (the engine's attach stream) only holding the sandbox
 //     alive; with -writable it first locks every writable mount but the
 //     working directory and DIRS (lockMounts): the engine's own, such as
-//     the kubelet's termination log and /etc/hosts, or /dev;
-//   - an exec'd relay: `agent -connect=PATH` copies its stdin and stdout
-//     to and from that socket; the exec stream is not logged.
+//     the kubelet's termination log and /etc/hosts, or /dev. With -lease
+//     (any engine) it serves every connection as a session instead, and
+//     its stdin holds nothing (session.go);
+//   - an exec'd relay: `agent -connect=PATH` proves itself to the agent
+//     (proveRelay), then copies its stdin and stdout to and from that
+//     socket; the exec stream is not logged.
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -107,24 +112,49 @@ func setDown(name string) error {
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, req)
 }
 
-// relayID is the user and group the exec'd relay runs as once connected:
-// no command's (not even a root one's, which has no CAP_KILL) can signal
-// it.
+// relayID is the user and group the exec'd relay runs as once connected
+// (where the user namespace maps it: see relayUID): no command's (not even
+// a root one's, which has no CAP_KILL) can signal it.
 const relayID = 1<<31 - 3
+
+// socketWait bounds how long a relay tries to connect to the agent's
+// socket, which the agent makes as it starts; socketPoll is the pause
+// between tries.
+const (
+	socketWait = 10 * time.Second
+	socketPoll = 20 * time.Millisecond
+)
+
+// relayUID returns the user and group ID of the library's relays in a user
+// namespace that maps IDs 0 to mapped-1: relayID, or, in a namespace too
+// small for it (a rootless engine's), the top ID it maps, which no tag
+// (tagsFor) and no drawn user (intoMapped) is. No command runs as it
+// (start refuses it).
+func relayUID(mapped uint64) uint32 {
+	if mapped > relayID {
+		return relayID
+	}
+	return uint32(mapped - 1)
+}
 
 // connect relays stdin to the socket at path and the socket to stdout,
 // until either ends. It runs, exec'd by the engine, beside sandbox code:
 // it makes itself non-dumpable, connects (as root: the socket is root's),
-// then becomes relayID, which leaves it no capability.
+// proves to the agent that it is the library's relay (proveRelay), then
+// becomes relayUID, which leaves it no capability.
 func connect(path string) error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return err
 	}
+	mapped, err := mappedIDs()
+	if err != nil {
+		return err
+	}
+	id := relayUID(mapped)
 	var c *net.UnixConn
-	var err error
 	// The agent makes its socket as it starts: a relay started at once
 	// may be a moment early.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(socketWait); ; time.Sleep(socketPoll) {
 		c, err = net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
 		if err == nil || time.Now().After(deadline) {
 			break
@@ -133,13 +163,16 @@ func connect(path string) error {
 	if err != nil {
 		return err
 	}
+	if err := proveRelay(c, id); err != nil {
+		return fmt.Errorf("proving itself to the agent: %w (does the container have CAP_SETUID and CAP_SETGID?)", err)
+	}
 	if err := syscall.Setgroups(nil); err != nil {
 		return err
 	}
-	if err := syscall.Setresgid(relayID, relayID, relayID); err != nil {
+	if err := syscall.Setresgid(int(id), int(id), int(id)); err != nil {
 		return err
 	}
-	if err := syscall.Setresuid(relayID, relayID, relayID); err != nil {
+	if err := syscall.Setresuid(int(id), int(id), int(id)); err != nil {
 		return err
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
@@ -162,6 +195,61 @@ func connect(path string) error {
 	return nil
 }
 
+// The agent must tell the library's relay from any other process that
+// connects to its socket: a command running as root may (the socket is
+// root's), and SO_PEERCRED cannot tell them apart everywhere (gVisor
+// reports the listener's own credentials). What a command can never do is
+// use a capability: so the relay's first byte carries SCM_CREDENTIALS
+// naming relayUID as its user and group, which the kernel (gVisor too)
+// lets a process send only with CAP_SETUID and CAP_SETGID, or running as
+// that user, which no command does.
+
+// proveRelay sends the relay's proof on c: one byte with credentials of
+// user and group id.
+func proveRelay(c *net.UnixConn, id uint32) error {
+	cred := unix.UnixCredentials(&unix.Ucred{Pid: int32(os.Getpid()), Uid: id, Gid: id})
+	_, _, err := c.WriteMsgUnix([]byte{0}, cred, nil)
+	return err
+}
+
+// proofTimeout bounds the wait for a connection's proof.
+const proofTimeout = 10 * time.Second
+
+// errNotRelay is a connection whose first byte was not a relay's proof.
+var errNotRelay = errors.New("not the library's relay")
+
+// relayProof reads the proof of a relay of user and group id from c (see
+// proveRelay) and returns the relay's process ID as the kernel gives it: 0
+// where it does not (gVisor).
+func relayProof(c *net.UnixConn, id uint32) (int, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var serr error
+	raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSCRED, 1) })
+	if serr != nil {
+		return 0, serr
+	}
+	c.SetReadDeadline(time.Now().Add(proofTimeout))
+	defer c.SetReadDeadline(time.Time{})
+	var b [1]byte
+	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
+	n, oobn, _, _, err := c.ReadMsgUnix(b[:], oob)
+	if err != nil {
+		return 0, err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if n != 1 || err != nil || len(msgs) != 1 {
+		return 0, errNotRelay
+	}
+	cred, err := unix.ParseUnixCredentials(&msgs[0])
+	if err != nil || cred.Uid != id || cred.Gid != id {
+		return 0, errNotRelay
+	}
+	return int(max(cred.Pid, 0)), nil
+}
+
 // listenAt makes the unix socket at path the library's relay connects to
 // (mode 0600: only root may connect). The agent makes it before it locks
 // the mounts (lockMounts), as the socket's directory may be one of them.
@@ -178,14 +266,15 @@ func listenAt(path string) (*net.UnixListener, error) {
 	return l, nil
 }
 
-// accept waits for the library's relay on l and returns its connection
-// and the relay's process ID (a snapshot's freeze must never stop the
-// relay, which carries the archive: see freezer);
-// no other is ever accepted (l is closed, and its socket removed where its
-// directory still lets the agent). Only root may connect: the relay runs
-// as the container's user, root, and commands do not run until the
-// library, on this connection, starts them.
-func accept(l *net.UnixListener) (*net.UnixConn, int, error) {
+// accept waits for the library's relay (relay user and group id, see
+// relayProof) on l and returns its connection and the relay's process ID
+// (a snapshot's freeze must never stop the relay, which carries the
+// archive: see freezer); no other is ever accepted (l is closed, and its
+// socket removed where its directory still lets the agent). Only root may
+// connect, and commands do not run until the library, on this
+// connection, starts them. (A leased agent keeps l open: see
+// serveSessions.)
+func accept(l *net.UnixListener, id uint32) (*net.UnixConn, int, error) {
 	defer l.Close()
 	l.SetUnlinkOnClose(true)
 	for {
@@ -193,28 +282,11 @@ func accept(l *net.UnixListener) (*net.UnixConn, int, error) {
 		if err != nil {
 			return nil, 0, err
 		}
-		if cred, err := peerCred(c); err == nil && cred.Uid == 0 {
-			return c, int(cred.Pid), nil
+		if pid, err := relayProof(c, id); err == nil {
+			return c, pid, nil
 		}
 		c.Close()
 	}
-}
-
-// peerCred returns the credentials of the process at the other end of c
-// as it connected (its process ID in the agent's PID namespace).
-func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return nil, err
-	}
-	return cred, cerr
 }
 
 // tether holds the sandbox alive while r (the engine's attach stream)

@@ -130,7 +130,11 @@ const maxRounds = 1000
 // scanning /proc until a scan finds none alive. It returns how many
 // processes it killed and how many scans it took.
 func killTag(tag uint32, self int) (killed, rounds int) {
-	want := []byte(strconv.FormatUint(uint64(tag), 10))
+	return killTags(map[uint32]bool{tag: true}, self)
+}
+
+// killTags is killTag of every process that carries any of tags.
+func killTags(tags map[uint32]bool, self int) (killed, rounds int) {
 	buf := make([]byte, 8<<10)
 	for rounds = 1; rounds <= maxRounds; rounds++ {
 		n := 0
@@ -140,7 +144,7 @@ func killTag(tag uint32, self int) (killed, rounds int) {
 				continue
 			}
 			f := statusFields(st)
-			if f.gone() || !hasGroup(f.groups, want) {
+			if f.gone() || !anyGroup(f.groups, tags) {
 				continue
 			}
 			if syscall.Kill(pid, syscall.SIGKILL) == nil {
@@ -256,10 +260,11 @@ func statusFields(st []byte) status {
 	return s
 }
 
-// hasGroup reports whether the space-separated list groups holds want.
-func hasGroup(groups, want []byte) bool {
+// anyGroup reports whether the space-separated list groups holds any of
+// tags.
+func anyGroup(groups []byte, tags map[uint32]bool) bool {
 	for _, g := range bytes.Fields(groups) {
-		if bytes.Equal(g, want) {
+		if n, err := strconv.ParseUint(string(g), 10, 32); err == nil && tags[uint32(n)] {
 			return true
 		}
 	}

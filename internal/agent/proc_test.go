@@ -4,12 +4,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"runtime"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentsandbox/sandbox/internal/poll"
 	"github.com/agentsandbox/sandbox/internal/wire"
 )
 
@@ -20,13 +22,14 @@ func TestStatusFields(t *testing.T) {
 	if f.state != 'S' || f.threads != 3 || string(f.groups) != "\t1000 1900000003 " {
 		t.Errorf("statusFields = %q, %d, %q", f.state, f.threads, f.groups)
 	}
-	if !hasGroup(f.groups, []byte("1900000003")) || hasGroup(f.groups, []byte("190000000")) || hasGroup(f.groups, []byte("7")) {
-		t.Error("hasGroup matched wrongly")
+	if !anyGroup(f.groups, map[uint32]bool{1900000003: true}) || anyGroup(f.groups, map[uint32]bool{190000000: true, 7: true}) ||
+		!anyGroup(f.groups, map[uint32]bool{5: true, 1000: true}) {
+		t.Error("anyGroup matched wrongly")
 	}
 	// A forged line in the name (were the kernel not to escape it) comes
 	// before the real one; the real one wins.
 	forged := []byte("Name:\tx\nState:\tZ\nGroups:\t5\nState:\tR (running)\nGroups:\t1000\n")
-	if f := statusFields(forged); f.state != 'R' || hasGroup(f.groups, []byte("5")) {
+	if f := statusFields(forged); f.state != 'R' || anyGroup(f.groups, map[uint32]bool{5: true}) {
 		t.Errorf("forged lines won: %q, %q", f.state, f.groups)
 	}
 }
@@ -137,10 +140,10 @@ func TestBatcher(t *testing.T) {
 	w.Write(wire.Stdout, 1, nil)
 	w.Write(wire.Stderr, 1, nil)
 	w.WriteJSON(wire.Exited, 1, wire.Exit{})
-	deadline := time.Now().Add(5 * time.Second)
-	for n, _ := r.snapshot(); n == 0 && time.Now().Before(deadline); n, _ = r.snapshot() {
-		time.Sleep(time.Millisecond)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// The checks below tell a wait that ended unmet.
+	_ = poll.Every(ctx, time.Millisecond, func() (bool, string) { n, _ := r.snapshot(); return n > 0, "" })
 	n, data := r.snapshot()
 	if n != 1 {
 		t.Errorf("%d writes for one short command, want 1", n)
@@ -158,9 +161,7 @@ func TestBatcher(t *testing.T) {
 	}
 	// A lone output frame goes out without waiting for another.
 	w.Write(wire.Stdout, 2, []byte("later"))
-	for n, _ := r.snapshot(); n == 1 && time.Now().Before(deadline); n, _ = r.snapshot() {
-		time.Sleep(100 * time.Microsecond)
-	}
+	_ = poll.Every(ctx, 100*time.Microsecond, func() (bool, string) { n, _ := r.snapshot(); return n != 1, "" })
 	if n, _ := r.snapshot(); n != 2 {
 		t.Errorf("a lone output frame: %d writes in all, want 2", n)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -37,6 +38,7 @@ const lingerTimeout = 10 * time.Second
 // relay is one relayed connection. It is known from its request on, so
 // that a Kill that overtakes the connection still finds it.
 type relay struct {
+	s   *agent // the session that asked for it
 	ch  uint32
 	in  *inbox  // bytes from the library, on their way to the connection
 	out *window // credit for bytes from the connection
@@ -47,58 +49,166 @@ type relay struct {
 	killed bool
 }
 
+// egress is the relay port and the session that serves it: the newest
+// session (the one begun last) that has sent an Accept. An Accept of an
+// older session than that one fails (wire.EgressTaken), and one of a
+// newer session takes egress over (the previous one's pending Accepts
+// fail the same way). Once the serving session ends, every connection to
+// the port is accepted and reset at once, until a newer session sends an
+// Accept: a connection never waits for nobody. A connection is taken from
+// the listen queue only for a pending Accept (or to be reset): besides
+// the pending Accepts, at most one connection is held, taken for an
+// Accept withdrawn meanwhile, until the next Accept.
+type egress struct {
+	l *net.TCPListener
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	owner   *agent       // the session serving egress; nil before the first Accept and once it ended
+	last    uint64       // the order (agent.seq) of the current or last owner; 0: none yet
+	pending []*relay     // the owner's Accept requests, oldest first
+	held    *net.TCPConn // a connection waiting for the owner's next Accept
+	noted   []noted      // connects to the port the monitor saw, oldest first (origin.go)
+}
+
 // listenRelay opens the relay port on the sandbox's loopback interface,
 // before any of the sandbox's code runs.
-func (a *agent) listenRelay(port int) error {
+func (in *instance) listenRelay(port int) error {
 	l, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
 	if err != nil {
 		return fmt.Errorf("relay port %d: %w", port, err)
 	}
-	a.accepts = make(chan *relay, maxPendingAccepts)
-	go a.acceptRelays(l)
+	e := &egress{l: l}
+	e.cond = sync.NewCond(&e.mu)
+	in.egress = e
+	go e.run()
 	return nil
 }
 
-// acceptRelays pairs each connection to the relay port with the next
-// Accept request that was not withdrawn.
-func (a *agent) acceptRelays(l *net.TCPListener) {
-	for r := range a.accepts {
-		if r.isKilled() {
-			a.relayEnd(r)
-			continue
+// refusing reports that nobody serves egress any more (e.mu held).
+func (e *egress) refusing() bool { return e.owner == nil && e.last > 0 }
+
+// run takes connections to the relay port while there is a pending
+// Accept or nobody serves egress any more, and places them.
+func (e *egress) run() {
+	for {
+		e.mu.Lock()
+		for len(e.pending) == 0 && !e.refusing() {
+			e.cond.Wait()
 		}
-		c, err := l.AcceptTCP()
-		if err != nil {
-			a.forgetRelay(r)
-			a.fail(r.ch, fmt.Errorf("agent: accept: %w", err))
-			continue
-		}
-		// An Accept withdrawn while the connection was awaited: the
-		// connection goes to the next Accept, not to nobody.
-		for r.isKilled() {
-			a.relayEnd(r)
-			next, ok := <-a.accepts
-			if !ok {
-				c.Close()
-				return
+		c := e.held
+		e.held = nil
+		e.mu.Unlock()
+		if c == nil {
+			var err error
+			if c, err = e.l.AcceptTCP(); err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				e.acceptFailed(err)
+				continue
 			}
-			r = next
 		}
-		a.connected(r, c)
+		e.place(c)
 	}
 }
 
+// acceptFailed fails the oldest pending Accept with err (out of
+// descriptors, say): the library asks again.
+func (e *egress) acceptFailed(err error) {
+	e.mu.Lock()
+	var r *relay
+	if len(e.pending) > 0 {
+		r = e.pending[0]
+		e.pending = slices.Delete(e.pending, 0, 1)
+	}
+	e.mu.Unlock()
+	switch {
+	case r == nil:
+		time.Sleep(acceptPause)
+	case r.isKilled():
+		r.s.relayEnd(r)
+	default:
+		r.s.forgetRelay(r)
+		r.s.fail(r.ch, fmt.Errorf("agent: accept: %w", err))
+	}
+}
+
+// place gives c to the owner's oldest pending Accept that was not
+// withdrawn, resets it if nobody serves egress any more, or holds it
+// until the owner's next Accept.
+func (e *egress) place(c *net.TCPConn) {
+	for {
+		e.mu.Lock()
+		if len(e.pending) == 0 {
+			if e.refusing() {
+				e.mu.Unlock()
+				reset(c)
+				return
+			}
+			e.held = c
+			e.mu.Unlock()
+			return
+		}
+		r := e.pending[0]
+		e.pending = slices.Delete(e.pending, 0, 1)
+		e.mu.Unlock()
+		if r.take(c) {
+			r.s.relayStart(r)
+			return
+		}
+		r.s.relayEnd(r) // withdrawn: c goes to the next
+	}
+}
+
+// reset closes c with a reset: the program in the sandbox sees its
+// connection refused, not a clean end.
+func reset(c *net.TCPConn) {
+	c.SetLinger(0)
+	c.Close()
+}
+
+// withdraw removes r, whose Accept the library withdrew, from the pending
+// Accepts; false if it is not pending (it has a connection, or is being
+// given one).
+func (e *egress) withdraw(r *relay) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	i := slices.Index(e.pending, r)
+	if i < 0 {
+		return false
+	}
+	e.pending = slices.Delete(e.pending, i, i+1)
+	return true
+}
+
+// release lets go of egress for session a, which ended: if it served
+// egress, nobody does until a newer session sends an Accept.
+func (e *egress) release(a *agent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.owner != a {
+		return
+	}
+	e.owner, e.pending = nil, nil
+	e.cond.Broadcast() // run resets what it holds and what comes
+}
+
 // newRelay registers a relay for a request; nil if the channel is in use
-// (the request then failed).
+// (the request then failed) or the session has ended.
 func (a *agent) newRelay(ch uint32) *relay {
-	r := &relay{ch: ch, in: newInbox(), out: newWindow(wire.RelayWindow), left: 2}
+	r := &relay{s: a, ch: ch, in: newInbox(), out: newWindow(wire.RelayWindow), left: 2}
 	a.mu.Lock()
+	ended := a.ended
 	_, dupRelay := a.relays[ch]
 	_, dupProc := a.byChan[ch]
-	if !dupRelay && !dupProc {
+	if !dupRelay && !dupProc && !ended {
 		a.relays[ch] = r
 	}
 	a.mu.Unlock()
+	if ended {
+		return nil
+	}
 	if dupRelay || dupProc {
 		a.fail(ch, fmt.Errorf("agent: channel %d is in use", ch))
 		return nil
@@ -106,9 +216,11 @@ func (a *agent) newRelay(ch uint32) *relay {
 	return r
 }
 
-// accept queues an Accept request.
+// accept queues an Accept request of session a, which serves egress from
+// now on unless a newer session does.
 func (a *agent) accept(ch uint32) {
-	if a.accepts == nil {
+	e := a.egress
+	if e == nil {
 		a.fail(ch, errors.New("agent: no relay port (the sandbox has no network policy)"))
 		return
 	}
@@ -116,9 +228,29 @@ func (a *agent) accept(ch uint32) {
 	if r == nil {
 		return
 	}
-	select {
-	case a.accepts <- r:
-	default:
+	e.mu.Lock()
+	if a.seq < e.last {
+		e.mu.Unlock()
+		a.forgetRelay(r)
+		a.fail(ch, errors.New("agent: "+wire.EgressTaken))
+		return
+	}
+	var taken []*relay
+	if e.owner != a { // a newer session takes egress over
+		taken, e.pending = e.pending, nil
+		e.owner, e.last = a, a.seq
+	}
+	full := len(e.pending) >= maxPendingAccepts
+	if !full {
+		e.pending = append(e.pending, r)
+		e.cond.Broadcast()
+	}
+	e.mu.Unlock()
+	for _, t := range taken {
+		t.s.forgetRelay(t)
+		t.s.fail(t.ch, errors.New("agent: "+wire.EgressTaken))
+	}
+	if full {
 		a.forgetRelay(r)
 		a.fail(ch, fmt.Errorf("agent: more than %d accepts pending", maxPendingAccepts))
 	}
@@ -162,18 +294,32 @@ func unwrapOp(err error) error {
 
 // connected starts relaying c, unless the relay was killed meanwhile.
 func (a *agent) connected(r *relay, c *net.TCPConn) {
-	r.mu.Lock()
-	killed := r.killed
-	if !killed {
-		r.c = c
-	}
-	r.mu.Unlock()
-	if killed {
+	if !r.take(c) {
 		c.Close()
 		a.relayEnd(r)
 		return
 	}
-	a.sendJSON(wire.Started, r.ch, wire.Start{})
+	a.relayStart(r)
+}
+
+// take makes c the relay's connection; false if it was killed.
+func (r *relay) take(c *net.TCPConn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.killed {
+		return false
+	}
+	r.c = c
+	return true
+}
+
+// relayStart starts relaying the relay's connection.
+func (a *agent) relayStart(r *relay) {
+	var st wire.Start // PID, ID: the process and command the connection comes from
+	if a.mon != nil {
+		st.PID, st.ID = a.origin(r.c)
+	}
+	a.sendJSON(wire.Started, r.ch, st)
 	a.flush() // the library waits for it (a command's waits for company)
 	go a.relayIn(r)
 	go a.relayOut(r)
@@ -223,6 +369,9 @@ func (a *agent) relayInput(r *relay, f wire.Frame) {
 		r.out.close()
 		r.in.close()
 		a.sendJSON(wire.Killed, r.ch, wire.KillResult{})
+		if a.egress != nil && a.egress.withdraw(r) {
+			a.relayEnd(r) // an Accept withdrawn before a connection came
+		}
 	}
 }
 

@@ -291,7 +291,14 @@ func TestIntoMappedAndTags(t *testing.T) {
 	if r := tagsFor(4294967295); r.span != 0 {
 		t.Errorf("tags in the initial namespace: %+v", r)
 	}
-	if r := tagsFor(rootless); r.base != rootless-tagSpan || r.span != tagSpan {
+	if r := tagsFor(rootless); r.base != rootless-tagSpan || r.span != tagSpan-1 {
 		t.Errorf("tags in a rootless namespace: %+v", r)
+	}
+	// The relay's ID is none of the tags, nor a drawn user.
+	if id := relayUID(rootless); id != rootless-1 || id == uid {
+		t.Errorf("the relay's ID in a rootless namespace: %d", id)
+	}
+	if id := relayUID(4294967295); id != relayID {
+		t.Errorf("the relay's ID in the initial namespace: %d", id)
 	}
 }

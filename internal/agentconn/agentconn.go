@@ -25,6 +25,11 @@ var (
 	// ErrNoAnswer means the agent did not answer within the Conn's
 	// timeout (a paused or frozen container).
 	ErrNoAnswer = errors.New("agentconn: the sandbox's agent did not answer in time")
+	// ErrEgressTaken means a newer session of a leased sandbox's agent
+	// (another process that opened it since) serves its egress: Accept
+	// (and a Listen listener's Accept) fail with it, and this session
+	// should stop asking.
+	ErrEgressTaken = errors.New("agentconn: the sandbox's egress is served by a newer session (another process opened it since)")
 )
 
 // Stream is the connection to the agent: writes go to its stdin. A write
@@ -58,13 +63,21 @@ type channel struct {
 	exited chan struct{}   // closed when exit is set
 	exit   wire.Exit
 	killed chan wire.KillResult
-	out    [2]*stream // stdout, stderr
-	stdin  *credit    // stdin bytes the agent may still take
+	out    [2]*stream    // stdout, stderr
+	stdin  *credit       // stdin bytes the agent may still take
+	taken  chan struct{} // commands: closed on Taken
 
 	end      chan struct{} // file operations: closed when Done or Failed came
 	endFrame wire.Frame    // set before end is closed
 	size     atomic.Int64  // file Read: the size the agent announced
+	events   *stream       // watches: the records received
+	actsMu   sync.Mutex    // guards acts
+	acts     []wire.Act    // commands: the activity record, complete once exited is closed
+	actsIn   chan struct{} // commands: a token when events arrive
 }
+
+// maxActs bounds a command's activity record as received.
+const maxActs = 1 << 20
 
 // Start runs the Conn's reader on r, the agent's stdout (demultiplexed
 // from the attach stream). timeout bounds every wait for an answer.
@@ -111,8 +124,9 @@ func (c *Conn) Err() error {
 	}
 }
 
-// Close ends the agent's stdin: the agent exits, and the container with
-// it.
+// Close ends the stream to the agent: a tethered agent exits, and the
+// container with it; a leased one ends this session (the commands it
+// started, its file operations and relayed connections) and goes on.
 func (c *Conn) Close() error { return c.s.CloseWrite() }
 
 func (c *Conn) read(r io.Reader) {
@@ -138,6 +152,9 @@ func (c *Conn) read(r io.Reader) {
 		}
 		if ch.stdin != nil {
 			ch.stdin.end()
+		}
+		if ch.events != nil {
+			ch.events.end(c.doneErr)
 		}
 	}
 	c.mu.Unlock()
@@ -178,10 +195,33 @@ func (c *Conn) dispatch(f wire.Frame) {
 		}
 	}
 	switch f.Kind {
-	case wire.Started, wire.Failed, wire.Pong, wire.OOMCount:
+	case wire.Taken:
+		if ch.taken == nil {
+			return
+		}
+		select {
+		case <-ch.taken:
+		default:
+			close(ch.taken)
+			for _, s := range ch.out {
+				s.end(ErrTaken)
+			}
+			if ch.stdin != nil {
+				ch.stdin.end()
+			}
+		}
+	case wire.Started, wire.Failed, wire.Pong, wire.OOMCount, wire.LeaseState, wire.SessionList, wire.UsageState:
 		select {
 		case ch.reply <- f:
 		default:
+		}
+	case wire.Events:
+		if s := ch.events; s != nil {
+			if len(f.Data) == 0 {
+				s.end(io.EOF)
+			} else {
+				s.add(f.Data)
+			}
 		}
 	case wire.Stdout, wire.Stderr:
 		if s := ch.out[f.Kind-wire.Stdout]; s != nil {
@@ -189,6 +229,21 @@ func (c *Conn) dispatch(f wire.Frame) {
 				s.end(io.EOF)
 			} else {
 				s.add(f.Data)
+			}
+		}
+	case wire.Activity:
+		var acts []wire.Act
+		if ch.exited != nil && json.Unmarshal(f.Data, &acts) == nil {
+			select {
+			case <-ch.exited: // too late: the record was complete
+			default:
+				ch.actsMu.Lock()
+				ch.acts = append(ch.acts, acts[:min(len(acts), maxActs-len(ch.acts))]...)
+				ch.actsMu.Unlock()
+				select {
+				case ch.actsIn <- struct{}{}:
+				default:
+				}
 			}
 		}
 	case wire.Exited:
@@ -273,20 +328,46 @@ func (c *Conn) Ping(ctx context.Context) error {
 // OOMKills returns how many processes the kernel's OOM killer has ended in
 // the sandbox so far, or -1 if the agent cannot tell.
 func (c *Conn) OOMKills(ctx context.Context) (int, error) {
+	return ask[int](c, ctx, wire.OOM, nil, wire.OOMCount, "oom count")
+}
+
+// Lease returns the sandbox's lease as its agent holds it, renewed
+// first if renew (the sandbox then ends no sooner than the lease's length
+// from now, unless renewed again). An agent of a sandbox that is not
+// leased answers wire.LeaseInfo{} (Leased false). Bounded by ctx and the
+// Conn's timeout.
+func (c *Conn) Lease(ctx context.Context, renew bool) (wire.LeaseInfo, error) {
+	return ask[wire.LeaseInfo](c, ctx, wire.Lease, wire.LeaseRequest{Renew: renew}, wire.LeaseState, "lease")
+}
+
+// ask sends a request of kind (req as JSON; nil: no payload) on a channel
+// of its own and decodes the agent's answer, which must be of kind answer.
+// Bounded by ctx and the Conn's timeout.
+func ask[T any](c *Conn, ctx context.Context, kind wire.Kind, req any, answer wire.Kind, what string) (T, error) {
+	var out T
 	id, ch := c.open()
 	defer c.release(id)
-	if err := c.w.Write(wire.OOM, id, nil); err != nil {
-		return 0, c.writeErr(err)
+	var err error
+	if req == nil {
+		err = c.w.Write(kind, id, nil)
+	} else {
+		err = c.w.WriteJSON(kind, id, req)
 	}
-	f, err := await(c, ctx, ch.reply, "oom count")
 	if err != nil {
-		return 0, err
+		return out, c.writeErr(err)
 	}
-	var n int
-	if err := json.Unmarshal(f.Data, &n); err != nil {
-		return 0, fmt.Errorf("agentconn: bad oom count %q", f.Data)
+	f, err := await(c, ctx, ch.reply, what)
+	if err != nil {
+		return out, err
 	}
-	return n, nil
+	if f.Kind == wire.Failed {
+		return out, fmt.Errorf("agentconn: %s: the agent refused: %s", what, f.Data)
+	}
+	if f.Kind != answer || json.Unmarshal(f.Data, &out) != nil {
+		var zero T
+		return zero, fmt.Errorf("agentconn: bad %s answer %v %q", what, f.Kind, f.Data)
+	}
+	return out, nil
 }
 
 // writeErr prefers the stream's end as the reason a write failed.

@@ -259,3 +259,52 @@ func TestAnswerBeforeWait(t *testing.T) {
 		}
 	}
 }
+
+// Lease sends the request as JSON and decodes the agent's LeaseState; the
+// greeting's Lease comes through Ready; a Failed answer is an error.
+func TestLease(t *testing.T) {
+	c, f := start(t, 5*time.Second)
+	f.w.WriteJSON(wire.Hello, 0, wire.Greeting{Version: "2", PID: 1, Lease: 30 * time.Second})
+	g, err := c.Ready(context.Background())
+	if err != nil || g.Lease != 30*time.Second {
+		t.Fatalf("greeting %+v, %v", g, err)
+	}
+	go func() {
+		fr := f.next(t, wire.Lease)
+		var req wire.LeaseRequest
+		if err := json.Unmarshal(fr.Data, &req); err != nil || !req.Renew {
+			t.Errorf("lease request %q: %+v, %v", fr.Data, req, err)
+		}
+		f.w.WriteJSON(wire.LeaseState, fr.Channel, wire.LeaseInfo{Leased: true, Lease: 30 * time.Second, Left: 29 * time.Second})
+		fr = f.next(t, wire.Lease)
+		f.w.Write(wire.Failed, fr.Channel, []byte("agent: bad lease request"))
+	}()
+	li, err := c.Lease(context.Background(), true)
+	if err != nil || li != (wire.LeaseInfo{Leased: true, Lease: 30 * time.Second, Left: 29 * time.Second}) {
+		t.Fatalf("Lease: %+v, %v", li, err)
+	}
+	if _, err := c.Lease(context.Background(), false); err == nil || !strings.Contains(err.Error(), "bad lease request") {
+		t.Fatalf("Lease answered by Failed: %v", err)
+	}
+}
+
+// An Accept the agent refuses because a newer session serves egress fails
+// with ErrEgressTaken, and a Listen listener stops asking and says so.
+func TestEgressTaken(t *testing.T) {
+	c, f := start(t, 5*time.Second)
+	go func() {
+		for fr := range f.frames {
+			if fr.Kind == wire.Accept {
+				f.w.Write(wire.Failed, fr.Channel, []byte("agent: "+wire.EgressTaken))
+			}
+		}
+	}()
+	if _, err := c.Accept(context.Background()); !errors.Is(err, ErrEgressTaken) {
+		t.Fatalf("Accept refused for a newer session: %v", err)
+	}
+	l := c.Listen(3)
+	defer l.Close()
+	if _, err := l.Accept(); !errors.Is(err, ErrEgressTaken) {
+		t.Fatalf("listener's Accept: %v", err)
+	}
+}

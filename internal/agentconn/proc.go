@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/agentsandbox/sandbox/internal/wire"
@@ -18,6 +19,8 @@ type Proc struct {
 	ch *channel
 
 	PID    int       // in the sandbox's PID namespace; 0 for a command not found
+	ID     string    // the agent's name for the command (wire.Start.ID)
+	Replay int64     // after an Attach: how many of Stdout's first bytes are kept output replayed (wire.Start.Replay)
 	Stdout io.Reader // the command's output, read as it comes; io.EOF at its end
 	Stderr io.Reader
 }
@@ -26,26 +29,44 @@ type Proc struct {
 // for the agent to say it runs. A command that is not found runs too: it
 // writes why on its stderr and exits 127, as in a shell.
 func (c *Conn) Exec(ctx context.Context, req wire.ExecRequest) (*Proc, error) {
-	ch := &channel{reply: make(chan wire.Frame, 1), exited: make(chan struct{}), killed: make(chan wire.KillResult, 1)}
+	return c.begin(ctx, wire.Exec, req, req.Stdin, "exec")
+}
+
+// Attach attaches to the command named id (wire.AttachRequest) and waits,
+// as Exec does, for the agent's answer. The Proc then replays the output
+// the agent kept and goes on live; its Stdin writes to the command's
+// stdin if stdin.
+func (c *Conn) Attach(ctx context.Context, id string, stdin bool) (*Proc, error) {
+	return c.begin(ctx, wire.Attach, wire.AttachRequest{ID: id}, stdin, "attach")
+}
+
+// ErrTaken ends the output of a command that another session attached
+// (wire.Taken).
+var ErrTaken = errors.New("agentconn: another session attached the command")
+
+func (c *Conn) begin(ctx context.Context, kind wire.Kind, req any, stdin bool, what string) (*Proc, error) {
+	ch := &channel{reply: make(chan wire.Frame, 1), exited: make(chan struct{}), killed: make(chan wire.KillResult, 1), taken: make(chan struct{}), actsIn: make(chan struct{}, 1)}
 	c.mu.Lock()
 	c.next++
 	id := c.next
 	ack := func(n int) { c.w.WriteCount(wire.Ack, id, uint32(n)) }
 	ch.out = [2]*stream{newStream(ack, wire.Window), newStream(ack, wire.Window)}
-	if req.Stdin {
+	if stdin {
 		ch.stdin = newCredit(wire.Window)
 	}
 	c.chans[id] = ch
 	c.mu.Unlock()
 	p := &Proc{c: c, id: id, ch: ch, Stdout: ch.out[0], Stderr: ch.out[1]}
-	if err := c.w.WriteJSON(wire.Exec, id, req); err != nil {
+	if err := c.w.WriteJSON(kind, id, req); err != nil {
 		p.Close()
 		return nil, c.writeErr(err)
 	}
-	f, err := await(c, ctx, ch.reply, "exec")
+	f, err := await(c, ctx, ch.reply, what)
 	if err != nil {
-		// It may have started after all: make sure it does not run on.
-		c.w.Write(wire.Kill, id, nil)
+		if kind == wire.Exec {
+			// It may have started after all: make sure it does not run on.
+			c.w.Write(wire.Kill, id, nil)
+		}
 		p.Close()
 		return nil, err
 	}
@@ -55,8 +76,26 @@ func (c *Conn) Exec(ctx context.Context, req wire.ExecRequest) (*Proc, error) {
 	}
 	var st wire.Start
 	json.Unmarshal(f.Data, &st)
-	p.PID = st.PID
+	p.PID, p.ID, p.Replay = st.PID, st.ID, st.Replay
 	return p, nil
+}
+
+// Taken is closed when another session attached the command: its output
+// ends here with ErrTaken and no exit will come.
+func (p *Proc) Taken() <-chan struct{} { return p.ch.taken }
+
+// List lists the commands of the instance (wire.List).
+func (c *Conn) List(ctx context.Context) ([]wire.Session, error) {
+	return ask[[]wire.Session](c, ctx, wire.List, nil, wire.SessionList, "list")
+}
+
+// Resize sets the size of a PTY command's terminal (see wire.Resize): the
+// frame is sent, and nothing is answered.
+func (p *Proc) Resize(rows, cols uint16) error {
+	if err := p.c.w.WriteJSON(wire.Resize, p.id, wire.ResizeRequest{Rows: rows, Cols: cols}); err != nil {
+		return p.c.writeErr(err)
+	}
+	return nil
 }
 
 // Stdin returns the writer to the command's stdin (nil if the request had
@@ -101,6 +140,34 @@ func (p *Proc) Exited() <-chan struct{} { return p.ch.exited }
 func (p *Proc) Exit() wire.Exit {
 	<-p.ch.exited
 	return p.ch.exit
+}
+
+// Activity returns the command's activity record, once Exited is closed.
+func (p *Proc) Activity() []wire.Act {
+	<-p.ch.exited
+	return p.ActivityFrom(0)
+}
+
+// ActivityIn receives a token when activity events arrive (the agent
+// sends them as they happen); ActivityFrom then returns them.
+func (p *Proc) ActivityIn() <-chan struct{} { return p.ch.actsIn }
+
+// ActivityLen returns how many activity events were received so far.
+func (p *Proc) ActivityLen() int {
+	p.ch.actsMu.Lock()
+	defer p.ch.actsMu.Unlock()
+	return len(p.ch.acts)
+}
+
+// ActivityFrom returns the events of the command's activity record
+// received so far, from the i-th on.
+func (p *Proc) ActivityFrom(i int) []wire.Act {
+	p.ch.actsMu.Lock()
+	defer p.ch.actsMu.Unlock()
+	if i >= len(p.ch.acts) {
+		return nil
+	}
+	return slices.Clone(p.ch.acts[i:])
 }
 
 // Wait waits for the command to exit, for the stream to the agent to end

@@ -2,10 +2,12 @@ package agentconn
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,7 +49,8 @@ func (e *DialError) Error() string {
 // Accept waits for the next connection a program in the sandbox makes to
 // the agent's relay port (bounded by ctx, not by the Conn's timeout: a
 // sandbox may never connect). It fails at once if the agent has no relay
-// port.
+// port, and with ErrEgressTaken if a newer session of a leased agent
+// serves egress (also for an Accept pending when that session came).
 func (c *Conn) Accept(ctx context.Context) (net.Conn, error) {
 	rc := c.openRelay("sandbox:relay")
 	if err := c.w.Write(wire.Accept, rc.id, nil); err != nil {
@@ -70,9 +73,32 @@ func (c *Conn) Accept(ctx context.Context) (net.Conn, error) {
 	}
 	if f.Kind == wire.Failed {
 		rc.forget()
+		if strings.Contains(string(f.Data), wire.EgressTaken) {
+			return nil, ErrEgressTaken
+		}
 		return nil, errors.New(string(f.Data))
 	}
+	var st wire.Start
+	if json.Unmarshal(f.Data, &st) == nil {
+		rc.pid, rc.cmd = st.PID, st.ID
+	}
 	return rc, nil
+}
+
+// Origin returns the process in the sandbox that made a connection
+// Accept returned, and the ID of the command it belongs to, as the agent
+// found them (see the agent's origin.go); 0 and "" when unknown.
+func Origin(c net.Conn) (pid int, cmd string) {
+	for {
+		switch v := c.(type) {
+		case *relayConn:
+			return v.pid, v.cmd
+		case interface{ Unwrap() net.Conn }:
+			c = v.Unwrap()
+		default:
+			return 0, ""
+		}
+	}
 }
 
 // relayConn is a relayed connection: a net.Conn whose bytes travel as a
@@ -82,6 +108,8 @@ type relayConn struct {
 	id   uint32
 	ch   *channel
 	addr relayAddr
+	pid  int    // Accept's: the process that made the connection (Origin)
+	cmd  string // and its command's ID
 
 	rd, wd    *deadline
 	closeOnce sync.Once
@@ -242,10 +270,11 @@ func isClosed(c chan struct{}) bool {
 // Listen returns a listener of the connections programs in the sandbox
 // make to the agent's relay port, with pending Accept requests always
 // waiting at the agent. Its Accept fails once the stream to the agent has
-// ended or the listener is closed.
+// ended or the listener is closed, and with ErrEgressTaken once a newer
+// session of a leased agent serves egress (it then asks no more).
 func (c *Conn) Listen(pending int) net.Listener {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &relayListener{c: c, conns: make(chan net.Conn), ctx: ctx, cancel: cancel}
+	l := &relayListener{c: c, conns: make(chan net.Conn), ctx: ctx, cancel: cancel, taken: make(chan struct{})}
 	for range pending {
 		l.wg.Go(l.loop)
 	}
@@ -253,11 +282,13 @@ func (c *Conn) Listen(pending int) net.Listener {
 }
 
 type relayListener struct {
-	c      *Conn
-	conns  chan net.Conn
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	c         *Conn
+	conns     chan net.Conn
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	taken     chan struct{} // closed once the agent said ErrEgressTaken
+	takenOnce sync.Once
 }
 
 // acceptRetry paces Accept requests the agent refused.
@@ -268,6 +299,10 @@ func (l *relayListener) loop() {
 		conn, err := l.c.Accept(l.ctx)
 		if err != nil {
 			if l.ctx.Err() != nil || l.c.Err() != nil {
+				return
+			}
+			if errors.Is(err, ErrEgressTaken) { // every loop stops asking
+				l.takenOnce.Do(func() { close(l.taken) })
 				return
 			}
 			select { // the agent could not accept (out of descriptors, say)
@@ -294,6 +329,13 @@ func (l *relayListener) Accept() (net.Conn, error) {
 		return nil, net.ErrClosed
 	case <-l.c.Done():
 		return nil, l.c.Err()
+	case <-l.taken:
+		select { // a connection taken before still goes out
+		case c := <-l.conns:
+			return c, nil
+		default:
+			return nil, ErrEgressTaken
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ package disk
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,17 +14,20 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentsandbox/sandbox/internal/poll"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 )
 
-// requireSupported skips the test when this machine cannot create devices,
-// except in CI (CI=true), where that is a failure.
+// requireSupported skips the test when this process is not root, which
+// loop devices need (a decision: CI runs the tests as a docker-group user
+// too), or when this machine cannot create devices, except in CI
+// (CI=true), where that is a failure.
 func requireSupported(tb testing.TB) {
 	tb.Helper()
+	testenv.Requires(tb, testenv.Root)
 	if err := Supported(); err != nil {
 		testenv.SkipOrFail(tb, "Supported: %v", err)
 	}
@@ -76,17 +80,11 @@ func waitDetached(t *testing.T, d *Device, bf string) {
 	// A hang guard: the kernel detaches asynchronously, sooner or later
 	// depending on the machine's load, but a device that is still attached
 	// this long after its release is leaked.
-	deadline := time.Now().Add(testenv.HangGuard)
-	for {
+	poll.Eventually(t, testenv.HangGuard, func() (bool, string) {
 		cur, err := loopAttr(d, "backing_file")
-		if errors.Is(err, os.ErrNotExist) || (err == nil && cur != bf) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still attached to %q (err %v) %v after release", d.Path(), cur, err, testenv.HangGuard)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return errors.Is(err, os.ErrNotExist) || (err == nil && cur != bf),
+			fmt.Sprintf("%s still attached to %q (err %v) after release", d.Path(), cur, err)
+	})
 }
 
 // assertAttached checks that d's loop device still has backing file bf.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/internal/egress"
+	"github.com/agentsandbox/sandbox/internal/poll"
 )
 
 // streamHeader sends head, then a header line of size bytes (written from a
@@ -310,12 +311,9 @@ func TestEgressCloseAtMaxConns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	for deadline := time.Now().Add(5 * time.Second); !egress.Full(p); {
-		if time.Now().After(deadline) {
-			t.Fatal("the accept loop does not wait for a free slot with every slot taken")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Eventually(t, 5*time.Second, func() (bool, string) {
+		return egress.Full(p), "the accept loop does not wait for a free slot with every slot taken"
+	})
 	closed := make(chan error, 1)
 	go func() { closed <- p.Close() }()
 	select {

@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,6 +28,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentsandbox/sandbox/internal/egress"
+	"github.com/agentsandbox/sandbox/internal/poll"
 )
 
 // Every proxy, upstream and client a test starts is gone when it ends: no
@@ -246,45 +248,67 @@ func (r *recorder) add(d egress.Decision) {
 // answering it, so the client may see the answer first).
 func (r *recorder) wait(t *testing.T, n int) []egress.Decision {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var ds []egress.Decision
+	poll.Eventually(t, 10*time.Second, func() (bool, string) {
 		r.mu.Lock()
-		ds := append([]egress.Decision(nil), r.ds...)
+		ds = append([]egress.Decision(nil), r.ds...)
 		r.mu.Unlock()
-		if len(ds) >= n {
-			if len(ds) > n {
-				t.Fatalf("%d audit records, want %d: %+v", len(ds), n, ds)
-			}
-			return ds
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d audit records after 10s, want %d: %+v", len(ds), n, ds)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return len(ds) >= n, fmt.Sprintf("%d audit records, want %d: %+v", len(ds), n, ds)
+	})
+	if len(ds) > n {
+		t.Fatalf("%d audit records, want %d: %+v", len(ds), n, ds)
 	}
+	return ds
 }
 
 type harness struct {
-	p    *egress.Proxy
-	addr string
-	url  *url.URL
-	rec  *recorder
+	p       *egress.Proxy
+	addr    string
+	url     *url.URL
+	rec     *recorder // Log's records
+	decided *recorder // Decided's
+	l       *recordingListener
+}
+
+// recordingListener keeps the connections it accepted, in order.
+type recordingListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (l *recordingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+// accepted returns the connections accepted so far.
+func (l *recordingListener) accepted() []net.Conn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.conns)
 }
 
 // startProxy runs a proxy on loopback until the test ends.
 func startProxy(t *testing.T, cfg egress.Config) *harness {
 	t.Helper()
-	h := &harness{rec: &recorder{}}
-	cfg.Log = h.rec.add
+	h := &harness{rec: &recorder{}, decided: &recorder{}}
+	cfg.Log, cfg.Decided = h.rec.add, h.decided.add
 	h.p = egress.New(cfg)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.l = &recordingListener{Listener: l}
 	h.addr = l.Addr().String()
 	h.url = &url.URL{Scheme: "http", Host: h.addr}
 	done := make(chan error, 1)
-	go func() { done <- h.p.Serve(l) }()
+	go func() { done <- h.p.Serve(h.l) }()
 	t.Cleanup(func() {
 		h.p.Close()
 		if err := <-done; err != nil {
@@ -511,6 +535,87 @@ func TestEgressDecisionsOnReusedConnections(t *testing.T) {
 	for i, d := range h.rec.wait(t, 3) {
 		if !d.Allowed || d.Addr != "127.0.0.1:"+port || d.Reason != "" || d.BytesDown != 2 {
 			t.Errorf("decision %d = %+v", i, d)
+		}
+	}
+}
+
+// Decided gets each decision once, before the sandbox hears the answer
+// (Log comes at the end, with the bytes), with the connection it came on
+// as the Listener returned it: allowed and denied requests and tunnels, a
+// name resolving to a forbidden address, an upstream that refuses, and
+// two requests on one kept-alive connection.
+func TestEgressDecided(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	port := portOf(t, up.Listener.Addr().String())
+	closed := l2(t, "127.0.0.1:0")
+	downPort := portOf(t, closed.Addr().String())
+	closed.Close()
+	h := startProxy(t, egress.Config{
+		Policy: policy(t, "api.test:"+port, "down.test:"+downPort, "meta.test:"+port, "127.0.0.1/32"),
+		Resolve: resolver(map[string][]string{"api.test": {"127.0.0.1"}, "down.test": {"127.0.0.1"},
+			"meta.test": {"169.254.169.254"}}, nil),
+	})
+	c := h.client(t, nil)
+	// decidedNow returns Decided's records, which must be there already:
+	// the client has had its answer.
+	decidedNow := func(n int) []egress.Decision {
+		t.Helper()
+		h.decided.mu.Lock()
+		defer h.decided.mu.Unlock()
+		if len(h.decided.ds) != n {
+			t.Fatalf("%d decisions passed to Decided once the client had its answer, want %d: %+v", len(h.decided.ds), n, h.decided.ds)
+		}
+		return slices.Clone(h.decided.ds)
+	}
+	for i, tc := range []struct {
+		url     string
+		code    int
+		allowed bool
+	}{
+		{"http://api.test:" + port + "/a", 200, true},
+		{"http://api.test:" + port + "/b", 200, true}, // the same connection
+		{"http://other.test:" + port + "/", 403, false},
+		{"http://meta.test:" + port + "/", 403, false},
+		{"http://down.test:" + downPort + "/", 502, false},
+	} {
+		if code, _, _ := get(t, c, tc.url); code != tc.code {
+			t.Fatalf("GET %s = %d, want %d", tc.url, code, tc.code)
+		}
+		if d := decidedNow(i + 1)[i]; d.Allowed != tc.allowed || d.Method != "GET" || d.Conn == nil {
+			t.Errorf("Decided for GET %s: %+v", tc.url, d)
+		}
+	}
+	_, _, resp := rawConnect(t, h.addr, "api.test:"+port, nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT api.test = %s", resp.Status)
+	}
+	if d := decidedNow(6)[5]; !d.Allowed || d.Method != "CONNECT" || d.Host != "api.test" {
+		t.Errorf("Decided for the allowed CONNECT: %+v", d)
+	}
+	_, _, resp = rawConnect(t, h.addr, "other.test:443", nil)
+	if resp.StatusCode != 403 {
+		t.Fatalf("CONNECT other.test = %s", resp.Status)
+	}
+	ds := decidedNow(7)
+	if d := ds[6]; d.Allowed || d.Method != "CONNECT" || d.Host != "other.test" || d.Reason == "" {
+		t.Errorf("Decided for the denied CONNECT: %+v", d)
+	}
+	// Each decision names the listener's connection it came on.
+	conns := h.l.accepted()
+	index := func(c net.Conn) int { return slices.Index(conns, c) }
+	if ds[0].Conn != ds[1].Conn || index(ds[0].Conn) < 0 {
+		t.Errorf("two requests on one kept-alive connection: Conn %p and %p, accepted %v", ds[0].Conn, ds[1].Conn, conns)
+	}
+	if i, j := index(ds[5].Conn), index(ds[6].Conn); i < 0 || j < 0 || i == j {
+		t.Errorf("the two CONNECTs (separate connections) name accepted connections %d and %d", i, j)
+	}
+	// Log has the same decisions, with the same connections; the open
+	// tunnel's comes at its end.
+	logged := h.rec.wait(t, 6)
+	for i, want := range append(ds[:5:5], ds[6]) {
+		if d := logged[i]; d.Conn != want.Conn || d.Allowed != want.Allowed || d.Host != want.Host {
+			t.Errorf("Log's record %d = %+v, Decided's %+v", i, d, want)
 		}
 	}
 }
@@ -904,14 +1009,16 @@ func TestEgressMaxConns(t *testing.T) {
 	}
 	// Every client has connected (the kernel completes the handshake for
 	// the listen queue) and MaxConns requests reached the upstream.
-	deadline := time.Now().Add(30 * time.Second)
-	for dialed.Load() < clients || inflight.Load() < maxConns {
-		if time.Now().After(deadline) {
-			close(release)
-			wg.Wait()
-			t.Fatalf("after 30s: %d clients connected, %d requests upstream", dialed.Load(), inflight.Load())
-		}
-		time.Sleep(10 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err := poll.Every(ctx, 10*time.Millisecond, func() (bool, string) {
+		d, in := dialed.Load(), inflight.Load()
+		return d >= clients && in >= maxConns, fmt.Sprintf("%d clients connected, %d requests upstream", d, in)
+	})
+	cancel()
+	if err != nil {
+		close(release)
+		wg.Wait()
+		t.Fatalf("after 30s: %v", err)
 	}
 	during := openFDs(t)
 	atPeak := inflight.Load()
@@ -934,18 +1041,12 @@ func TestEgressMaxConns(t *testing.T) {
 		t.Errorf("open descriptors: %d before, %d with %d clients waiting (+%d), want at most +%d", before, during, clients, extra, clients+3*maxConns+20)
 	}
 	// Afterwards only the proxy's few idle upstream connections remain.
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		after := openFDs(t)
-		if after <= before+10 {
-			t.Logf("open descriptors: before %d, with %d clients %d, after %d", before, clients, during, after)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("open descriptors: before %d, after %d", before, after)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var after int
+	poll.Eventually(t, 10*time.Second, func() (bool, string) {
+		after = openFDs(t)
+		return after <= before+10, fmt.Sprintf("open descriptors: before %d, after %d", before, after)
+	})
+	t.Logf("open descriptors: before %d, with %d clients %d, after %d", before, clients, during, after)
 	for _, d := range h.rec.wait(t, clients) {
 		if !d.Allowed {
 			t.Fatalf("decision %+v", d)

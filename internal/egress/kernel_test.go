@@ -1,6 +1,7 @@
 package egress_test
 
 import (
+	"fmt"
 	"net"
 	"strconv"
 	"sync"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentsandbox/sandbox/internal/egress"
+	"github.com/agentsandbox/sandbox/internal/poll"
 	"github.com/agentsandbox/sandbox/internal/testenv"
 )
 
@@ -77,9 +79,8 @@ func TestEgressStalledUpstreamKernelBound(t *testing.T) {
 	// allots 2×UpstreamBuffer and may pass it by one 64 KiB segment);
 	// none goes past it.
 	const perSocket = 2*egress.UpstreamBuffer + 64<<10
-	deadline := time.Now().Add(testenv.HangGuard)
 	var peak int64
-	for {
+	poll.Eventually(t, testenv.HangGuard, func() (bool, string) {
 		ss, tx := proxySide(t, port)
 		peak = max(peak, tx)
 		full := 0
@@ -91,14 +92,9 @@ func TestEgressStalledUpstreamKernelBound(t *testing.T) {
 				full++
 			}
 		}
-		if len(ss) == tunnels && full == tunnels {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %d upstream sockets, %d with a full send queue (%d bytes in all)", testenv.HangGuard, len(ss), full, tx)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(ss) == tunnels && full == tunnels,
+			fmt.Sprintf("%d upstream sockets, %d with a full send queue (%d bytes in all)", len(ss), full, tx)
+	})
 	memDuring, _ := testenv.TCPMemPages()
 	t.Logf("%d stalled tunnels: upstream send queues %.1f MiB in all (at most %.1f MiB); host TCP memory %d pages before, %d with the tunnels full (%+.1f MiB)",
 		tunnels, float64(peak)/(1<<20), float64(tunnels*perSocket)/(1<<20), memBefore, memDuring, float64((memDuring-memBefore)*4096)/(1<<20))
@@ -109,17 +105,10 @@ func TestEgressStalledUpstreamKernelBound(t *testing.T) {
 	// Close: every upstream socket is gone at once, none left as an orphan
 	// holding its queue.
 	h.p.Close()
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	poll.Eventually(t, 10*time.Second, func() (bool, string) {
 		ss, tx := proxySide(t, port)
-		if len(ss) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("10s after Close, %d upstream sockets remain (states %v), %d bytes queued", len(ss), states(ss), tx)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(ss) == 0, fmt.Sprintf("after Close, %d upstream sockets remain (states %v), %d bytes queued", len(ss), states(ss), tx)
+	})
 	memAfter, _ := testenv.TCPMemPages()
 	t.Logf("after Close: no upstream socket left; host TCP memory %d pages", memAfter)
 }

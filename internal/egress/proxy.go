@@ -61,6 +61,20 @@ const (
 	UpstreamBuffer = 256 << 10
 )
 
+// Bounds on the proxy's waits for upstreams.
+const (
+	// resolveTimeout bounds the resolution of an upstream's name.
+	resolveTimeout = 10 * time.Second
+	// upstreamTLSTimeout bounds the TLS handshake with an upstream.
+	upstreamTLSTimeout = 30 * time.Second
+	// upstreamHeaderTimeout bounds the wait for an upstream's answer to
+	// start (its response's head), once the request is sent.
+	upstreamHeaderTimeout = 2 * time.Minute
+	// upstreamIdleTimeout closes a kept-alive upstream connection unused
+	// for so long.
+	upstreamIdleTimeout = 30 * time.Second
+)
+
 // Credential is a header added to requests for one host. The proxy adds it
 // only to requests whose Host header, TLS server name and dialed address all
 // belong to that host, and scrubs its value from responses (see the package
@@ -84,8 +98,12 @@ type Decision struct {
 	Credential string // the header name injected, if any (never its value)
 	BytesUp    int64  // sandbox to upstream
 	BytesDown  int64  // upstream to sandbox
+	// Conn is the sandbox's connection the request came on, as the
+	// Listener given to Serve returned it (a connection may carry several
+	// requests).
+	Conn net.Conn
 
-	logged bool
+	decided, logged bool
 }
 
 // Config configures a Proxy.
@@ -108,8 +126,13 @@ type Config struct {
 	// for that long. Kept-alive connections wait for their next request at
 	// most min(IdleTimeout, KeepAliveTimeout). Default DefaultIdleTimeout.
 	IdleTimeout time.Duration
-	// Log receives one Decision per request or tunnel.
+	// Log receives one Decision per request or tunnel, at its end (with
+	// its bytes).
 	Log func(Decision)
+	// Decided, if set, receives each Decision once, as soon as the
+	// request or tunnel is allowed or denied: before the sandbox hears
+	// the answer (its bytes are not counted yet).
+	Decided func(Decision)
 	// ErrorLog receives the HTTP servers' own errors (such as a handler's
 	// panic); nil means the log package's standard logger.
 	ErrorLog *log.Logger
@@ -146,6 +169,9 @@ func New(cfg Config) *Proxy {
 	if cfg.Log == nil {
 		cfg.Log = func(Decision) {}
 	}
+	if cfg.Decided == nil {
+		cfg.Decided = func(Decision) {}
+	}
 	if cfg.Resolve == nil {
 		cfg.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
@@ -161,9 +187,9 @@ func New(cfg Config) *Proxy {
 		TLSClientConfig:        &tls.Config{RootCAs: cfg.UpstreamRoots},
 		ForceAttemptHTTP2:      false,
 		MaxIdleConnsPerHost:    4,
-		IdleConnTimeout:        30 * time.Second,
-		ResponseHeaderTimeout:  2 * time.Minute,
-		TLSHandshakeTimeout:    30 * time.Second,
+		IdleConnTimeout:        upstreamIdleTimeout,
+		ResponseHeaderTimeout:  upstreamHeaderTimeout,
+		TLSHandshakeTimeout:    upstreamTLSTimeout,
 		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
 	}
 	p.rp = &httputil.ReverseProxy{
@@ -180,6 +206,7 @@ func New(cfg Config) *Proxy {
 			}
 			if t, _ := r.Context().Value(ctxKey{}).(*target); t != nil {
 				t.dec.Reason = reason
+				p.decide(t.dec)
 			}
 			http.Error(w, "agentsandbox proxy: "+r.URL.Host+": "+reason, status)
 		},
@@ -192,8 +219,14 @@ func New(cfg Config) *Proxy {
 		ReadHeaderTimeout: ReadHeaderTimeout,
 		IdleTimeout:       keepAlive,
 		BaseContext:       base,
-		ConnState:         p.connState,
-		ErrorLog:          cfg.ErrorLog,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if lc, ok := c.(*limitConn); ok {
+				c = lc.Conn
+			}
+			return context.WithValue(ctx, clientKey{}, c)
+		},
+		ConnState: p.connState,
+		ErrorLog:  cfg.ErrorLog,
 	}
 	p.innerL = newChanListener()
 	p.inner = &http.Server{
@@ -304,8 +337,9 @@ func (p *Proxy) track(c net.Conn, add bool) bool {
 }
 
 type (
-	ctxKey  struct{} // the *target of a request being forwarded
-	connKey struct{} // the *target of an intercepted connection
+	ctxKey    struct{} // the *target of a request being forwarded
+	connKey   struct{} // the *target of an intercepted connection
+	clientKey struct{} // the sandbox's connection a request came on (Decision.Conn)
 )
 
 // target is where a request is allowed to go.
@@ -319,14 +353,15 @@ type target struct {
 
 // check applies the name rules to host:port. It resolves nothing: a name
 // is looked up only once allowed, when dialing.
-func (p *Proxy) check(method, hostport string, defPort int) (*target, error) {
+func (p *Proxy) check(r *http.Request, method, hostport string, defPort int) (*target, error) {
 	host, ps, err := net.SplitHostPort(hostport)
 	if err != nil {
 		host, ps = hostport, strconv.Itoa(defPort)
 	}
 	host = strings.ToLower(strings.Trim(host, "[]"))
 	port, err := strconv.Atoi(ps)
-	dec := &Decision{Method: method, Host: host, Port: port}
+	client, _ := r.Context().Value(clientKey{}).(net.Conn)
+	dec := &Decision{Method: method, Host: host, Port: port, Conn: client}
 	if err != nil || port < 1 || port > 65535 {
 		return nil, p.deny(dec, "bad port")
 	}
@@ -347,6 +382,7 @@ func (p *Proxy) check(method, hostport string, defPort int) (*target, error) {
 
 func (p *Proxy) deny(d *Decision, reason string) error {
 	d.Reason = reason
+	p.decide(d)
 	p.logOnce(d)
 	return errors.New(reason)
 }
@@ -357,7 +393,16 @@ func (p *Proxy) refuse(w http.ResponseWriter, t *target, reason string) {
 	http.Error(w, "agentsandbox proxy: "+t.host+": "+reason, http.StatusForbidden)
 }
 
+// decide passes d to Config.Decided, once.
+func (p *Proxy) decide(d *Decision) {
+	if !d.decided {
+		d.decided = true
+		p.cfg.Decided(*d)
+	}
+}
+
 func (p *Proxy) logOnce(d *Decision) {
+	p.decide(d)
 	if !d.logged {
 		d.logged = true
 		p.cfg.Log(*d)
@@ -384,7 +429,7 @@ func (p *Proxy) dialChecked(ctx context.Context, network, addr string) (net.Conn
 	if a, err := netip.ParseAddr(t.host); err == nil {
 		addrs = []netip.Addr{a}
 	} else {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 		addrs, err = p.cfg.Resolve(rctx, t.host)
 		cancel()
 		if err != nil {
@@ -458,7 +503,7 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Scheme == "https" {
 		def = 443
 	}
-	t, err := p.check(r.Method, r.URL.Host, def)
+	t, err := p.check(r, r.Method, r.URL.Host, def)
 	if err != nil {
 		http.Error(w, "agentsandbox proxy: "+r.URL.Host+": "+err.Error(), http.StatusForbidden)
 		return
@@ -522,6 +567,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target, schem
 	// request is recorded as allowed when it gets a connection.
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
 		t.dec.Allowed, t.dec.Addr = true, i.Conn.RemoteAddr().String()
+		p.decide(t.dec)
 	}})
 	p.rp.ServeHTTP(out, r.WithContext(ctx))
 	if s, ok := out.(*scrubWriter); ok {
@@ -535,7 +581,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target, schem
 // connect handles CONNECT: a checked tunnel, or TLS interception for hosts
 // with a credential.
 func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
-	t, err := p.check("CONNECT", r.Host, 443)
+	t, err := p.check(r, "CONNECT", r.Host, 443)
 	if err != nil {
 		http.Error(w, "agentsandbox proxy: "+r.Host+": "+err.Error(), http.StatusForbidden)
 		return
@@ -557,6 +603,7 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t.dec.Allowed, t.dec.Addr = true, up.RemoteAddr().String()
+	p.decide(t.dec)
 	defer up.Close()
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
@@ -701,7 +748,7 @@ func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t := &target{host: ct.host, port: ct.port, cred: ct.cred, scrub: ct.scrub,
-		dec: &Decision{Method: r.Method, Host: ct.host, Port: ct.port, Credential: ct.cred.Header}}
+		dec: &Decision{Method: r.Method, Host: ct.host, Port: ct.port, Credential: ct.cred.Header, Conn: ct.dec.Conn}}
 	if r.Method == http.MethodConnect {
 		p.refuse(w, t, "CONNECT inside an intercepted connection")
 		return

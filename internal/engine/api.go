@@ -32,6 +32,8 @@ type API interface {
 	ContainerUnpause(ctx context.Context, containerID string) error
 	ContainerCommit(ctx context.Context, containerID string, options container.CommitOptions) (container.CommitResponse, error)
 	ContainerRemove(ctx context.Context, containerID string, options container.RemoveOptions) error
+	ContainerExecCreate(ctx context.Context, containerID string, options container.ExecOptions) (container.ExecCreateResponse, error)
+	ContainerExecAttach(ctx context.Context, execID string, config container.ExecAttachOptions) (types.HijackedResponse, error)
 	CopyToContainer(ctx context.Context, containerID, dstPath string, content io.Reader, options container.CopyToContainerOptions) error
 	CopyFromContainer(ctx context.Context, containerID, srcPath string) (io.ReadCloser, container.PathStat, error)
 
@@ -51,7 +53,8 @@ type API interface {
 
 	Events(ctx context.Context, options events.ListOptions) (<-chan events.Message, <-chan error)
 	ServerVersion(ctx context.Context) (types.Version, error)
+	SystemInfo(ctx context.Context) (SystemInfo, error)
 	Close() error
 }
 
-var _ API = (*client.Client)(nil)
+var _ API = (*Client)(nil)

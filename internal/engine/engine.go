@@ -5,7 +5,9 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -222,12 +224,19 @@ func Cause(ctx context.Context, err error) error {
 	return err
 }
 
+// busyRetryMin and busyRetryMax are RetryBusy's first and longest pause
+// between tries.
+const (
+	busyRetryMin = 10 * time.Millisecond
+	busyRetryMax = 500 * time.Millisecond
+)
+
 // RetryBusy calls op until it succeeds, fails with an error busy does not
 // accept, or ctx ends, waiting between tries from 10 ms up to 500 ms. It is
 // for removals the engine refuses while another removal (an auto-removed
 // container) is still under way. It returns op's last error.
 func RetryBusy(ctx context.Context, op func() error, busy func(error) bool) error {
-	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
+	for delay := busyRetryMin; ; delay = min(2*delay, busyRetryMax) {
 		err := op()
 		if err == nil || !busy(err) {
 			return err
@@ -245,7 +254,9 @@ func RetryBusy(ctx context.Context, op func() error, busy func(error) bool) erro
 // the container's end (or, if the engine has not recorded the end yet,
 // at all). The engine keeps only its most recent events: false when it
 // no longer has them.
-func DiedOfOOM(ctx context.Context, cli API, id string, since time.Time) bool {
+func DiedOfOOM(ctx context.Context, cli interface {
+	Events(ctx context.Context, options events.ListOptions) (<-chan events.Message, <-chan error)
+}, id string, since time.Time) bool {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	msgs, errs := cli.Events(ctx, events.ListOptions{
@@ -278,17 +289,75 @@ func DiedOfOOM(ctx context.Context, cli API, id string, since time.Time) bool {
 
 // Info is what an engine says of itself that the library needs.
 type Info struct {
-	Arch   string // the engine's architecture, in Go's spelling or the kernel's
-	Podman bool   // Podman's Docker-compatible API, not Docker's
+	Arch     string // the engine's architecture, in Go's spelling or the kernel's
+	Podman   bool   // Podman's Docker-compatible API, not Docker's
+	Rootless bool   // the engine runs as a user other than root, in a user namespace
+	CgroupV1 bool   // the engine's host has cgroup v1 (its containers' cgroups)
 }
 
-// InfoOf reads Info from an engine's version answer.
-func InfoOf(v types.Version) Info {
-	info := Info{Arch: v.Arch}
+// InfoOf reads Info from an engine's version and info answers. Podman
+// names itself among the version's components ("Podman Engine"); a
+// rootless Docker lists "name=rootless" among its security options, a
+// rootless Podman says Rootless (and newer ones the security option too).
+func InfoOf(v types.Version, si SystemInfo) Info {
+	info := Info{Arch: v.Arch, CgroupV1: si.CgroupVersion == "1", Rootless: si.Rootless}
 	for _, c := range v.Components {
 		if strings.Contains(c.Name, "Podman") {
 			info.Podman = true
 		}
 	}
+	for _, o := range si.SecurityOptions {
+		if o == "name=rootless" || strings.HasPrefix(o, "name=rootless,") {
+			info.Rootless = true
+		}
+	}
 	return info
+}
+
+// SystemInfo is the part of an engine's info answer (GET /info) that the
+// library reads, Podman's Rootless field included, which the Docker SDK's
+// system.Info drops.
+type SystemInfo struct {
+	CgroupVersion   string   // "1" or "2"
+	SecurityOptions []string // "name=seccomp,profile=default", "name=rootless", ...
+	Rootless        bool     // Podman's: it runs as a user other than root
+}
+
+// SystemInfo asks the engine for its info answer, on the client's own
+// connection and API version.
+func (c *Client) SystemInfo(ctx context.Context) (SystemInfo, error) {
+	u, err := client.ParseHostURL(c.DaemonHost())
+	if err != nil {
+		return SystemInfo{}, err
+	}
+	// As the SDK addresses its requests: a socket's requests name a dummy
+	// host (the transport dials the socket), a TCP engine's its address.
+	scheme, host, base := "http", client.DummyHost, ""
+	if c.tr.TLSClientConfig != nil {
+		scheme = "https"
+	}
+	if u.Scheme == "tcp" {
+		host, base = u.Host, u.Path
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+host+base+"/v"+c.ClientVersion()+"/info", nil)
+	if err != nil {
+		return SystemInfo{}, err
+	}
+	resp, err := c.HTTPClient().Do(req)
+	if err != nil {
+		return SystemInfo{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(IdleBounded(resp.Body, 30*time.Second), 1<<20))
+	if err != nil {
+		return SystemInfo{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return SystemInfo{}, fmt.Errorf("GET /info: %s: %s", resp.Status, bytes.TrimSpace(body))
+	}
+	var si SystemInfo
+	if err := json.Unmarshal(body, &si); err != nil {
+		return SystemInfo{}, fmt.Errorf("GET /info: %w", err)
+	}
+	return si, nil
 }

@@ -118,7 +118,7 @@ func Left(wait time.Duration) error { return LeftOf(wait, ownedHere) }
 func LeftOf(wait time.Duration, list func(context.Context) ([]Object, error)) error {
 	deadline := time.Now().Add(wait)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), leftListTimeout)
 		objs, err := list(ctx)
 		cancel()
 		if err != nil {
@@ -130,13 +130,20 @@ func LeftOf(wait time.Duration, list func(context.Context) ([]Object, error)) er
 		if time.Now().After(deadline) {
 			return fmt.Errorf("left behind: %s", Describe(objs))
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(leftPoll)
 	}
 }
 
+// leftListTimeout bounds one listing of LeftOf; leftPoll is the pause
+// between listings while objects remain.
+const (
+	leftListTimeout = 30 * time.Second
+	leftPoll        = 100 * time.Millisecond
+)
+
 // ownedHere lists this process's objects on the engine DOCKER_HOST names.
 func ownedHere(ctx context.Context) ([]Object, error) {
-	cli, err := Connect(ctx, "", 30*time.Second, "")
+	cli, err := Connect(ctx, "", leftListTimeout, "")
 	if err != nil {
 		return nil, err
 	}

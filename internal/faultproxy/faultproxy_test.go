@@ -3,17 +3,21 @@ package faultproxy
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/agentsandbox/sandbox/internal/poll"
 )
 
 // These tests run without Docker: the proxy stands in front of a local echo
@@ -28,6 +32,9 @@ type echoServer struct {
 	ln   net.Listener
 	wg   sync.WaitGroup
 	got  chan string // each chunk read, as it arrives
+	// ended counts the connections the server is done with: all they
+	// carried to it is in got.
+	ended atomic.Int32
 }
 
 func newEcho(t *testing.T) *echoServer {
@@ -48,6 +55,7 @@ func newEcho(t *testing.T) *echoServer {
 			e.wg.Add(1)
 			go func() {
 				defer e.wg.Done()
+				defer e.ended.Add(1)
 				defer c.Close()
 				buf := make([]byte, 4096)
 				for {
@@ -173,28 +181,30 @@ func TestFreezeThaw(t *testing.T) {
 		t.Fatalf("before Freeze: %q, %v", got, err)
 	}
 
+	// "a" came back: the server has it.
+	if s := <-e.got; s != "a" {
+		t.Fatalf("the server saw %q before the freeze, want \"a\"", s)
+	}
+
 	p.Freeze()
 	c.Write([]byte("b"))
-	if got, err := readWithin(c, 1, 300*time.Millisecond); got != "" || !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("while frozen: %q, %v; want nothing", got, err)
-	}
+	waitHeld(t, p, 1) // c's client→engine pump, holding "b"
 	select {
 	case s := <-e.got:
-		if s != "a" {
-			t.Fatalf("the server saw %q while frozen", s)
-		}
+		t.Fatalf("the server saw %q while frozen", s)
 	default:
+	}
+	// A new connection is accepted but held: its dial of the engine waits.
+	c2 := dial(t, p)
+	c2.Write([]byte("c"))
+	waitHeld(t, p, 2)
+	if n := p.Conns(); n != 2 {
+		t.Fatalf("%d connections open while frozen, want 2 (the new one accepted)", n)
 	}
 	select {
 	case s := <-e.got:
 		t.Fatalf("the server saw %q while frozen", s)
-	case <-time.After(100 * time.Millisecond):
-	}
-	// A new connection is accepted but held.
-	c2 := dial(t, p)
-	c2.Write([]byte("c"))
-	if got, _ := readWithin(c2, 1, 300*time.Millisecond); got != "" {
-		t.Fatalf("new connection while frozen: %q", got)
+	default:
 	}
 
 	p.Thaw()
@@ -220,9 +230,7 @@ func TestFreezeReplies(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the request did not reach the server while only replies were frozen")
 	}
-	if got, _ := readWithin(c, 1, 300*time.Millisecond); got != "" {
-		t.Fatalf("reply while frozen: %q", got)
-	}
+	waitHeld(t, p, 1) // c's engine→client pump, holding the reply
 	p.Thaw()
 	if got, err := readWithin(c, 1, 5*time.Second); got != "x" {
 		t.Errorf("after Thaw: %q, %v", got, err)
@@ -279,10 +287,17 @@ func TestCutFromHook(t *testing.T) {
 	if b, err := io.ReadAll(c); len(b) != 0 || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("after a Cut from the hook: %q, %v; want closed with nothing", b, err)
 	}
+	// Once the proxy let go of the connection and the server is done with
+	// its side, whatever reached the server is in e.got.
+	waitConns(t, p, 0)
+	poll.Eventually(t, 5*time.Second, func() (bool, string) {
+		n := e.ended.Load()
+		return n == 1, fmt.Sprintf("the server ended %d connections, want 1", n)
+	})
 	select {
 	case s := <-e.got:
 		t.Errorf("the server saw %q after the Cut", s)
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 }
 
@@ -317,20 +332,16 @@ func TestTarget(t *testing.T) {
 // waitHeld waits until n goroutines of p wait for a frozen direction.
 func waitHeld(t *testing.T, p *Proxy, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); p.held() != n; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines held by the freeze, want %d", p.held(), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Eventually(t, 5*time.Second, func() (bool, string) {
+		h := p.held()
+		return h == n, fmt.Sprintf("%d goroutines held by the freeze, want %d", h, n)
+	})
 }
 
 func waitConns(t *testing.T, p *Proxy, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); p.Conns() != n; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections open, want %d", p.Conns(), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Eventually(t, 5*time.Second, func() (bool, string) {
+		c := p.Conns()
+		return c == n, fmt.Sprintf("%d connections open, want %d", c, n)
+	})
 }

@@ -172,6 +172,8 @@ func agentMessage(kind Kind) any {
 		return new(FileResult)
 	case OOMCount:
 		return new(int)
+	case LeaseState:
+		return new(LeaseInfo)
 	}
 	return nil
 }
@@ -197,6 +199,9 @@ func FuzzAgentMessage(f *testing.F) {
 		{Done, `{"Err":null,"Info":null,"Bytes":-9223372036854775808}`},
 		{OOMCount, `-1`},
 		{OOMCount, `1e400`},
+		{LeaseState, `{"Leased":true,"Lease":30000000000,"Left":29999999999}`},
+		{LeaseState, `{"Leased":false,"Lease":-1,"Left":1e30}`},
+		{Hello, `{"Version":"2","PID":1,"Lease":5000000000}`},
 	} {
 		f.Add(byte(s.kind), []byte(s.data))
 	}
@@ -218,6 +223,35 @@ func FuzzAgentMessage(f *testing.F) {
 		}
 		if !reflect.DeepEqual(v, again) {
 			t.Fatalf("%T: %+v decodes back as %+v", v, v, again)
+		}
+	})
+}
+
+// FuzzParseWatchRecord decodes Events payloads: every record parsed
+// encodes back to the same bytes; a refused one comes back whole.
+func FuzzParseWatchRecord(f *testing.F) {
+	b, _ := AppendWatchRecord(nil, WatchRename, []byte("/w/b"), []byte("/w/a"))
+	b, _ = AppendWatchRecord(b, WatchOverflow, []byte("/w"), nil)
+	f.Add(b)
+	f.Add([]byte{})
+	f.Add([]byte{WatchCreate, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for len(b) > 0 {
+			op, p, from, rest, ok := ParseWatchRecord(b)
+			if !ok {
+				if !bytes.Equal(rest, b) {
+					t.Fatal("a refused record does not come back whole")
+				}
+				return
+			}
+			if op < WatchCreate || op > WatchOverflow || len(p) > MaxWatchPath || len(from) > MaxWatchPath {
+				t.Fatalf("accepted op %d, paths of %d and %d bytes", op, len(p), len(from))
+			}
+			got, ok := AppendWatchRecord(nil, op, p, from)
+			if !ok || !bytes.Equal(got, b[:len(b)-len(rest)]) {
+				t.Fatalf("re-encoded record %x, parsed from %x", got, b[:len(b)-len(rest)])
+			}
+			b = rest
 		}
 	})
 }

@@ -1,7 +1,9 @@
 // Package wire is the protocol between the library and the agent that runs
 // inside every sandbox (internal/agent), spoken over the container's attach
-// stream: the library writes frames to the agent's stdin and reads frames
-// from its stdout.
+// stream (the library writes frames to the agent's stdin and reads frames
+// from its stdout) or over a connection to the agent's unix socket, made
+// through an `agent -connect` the engine execs. A leased agent serves
+// every such connection as a session of its own (see Greeting.Lease).
 //
 // A frame is a 9-byte header — kind (1 byte), channel (4 bytes, big
 // endian), payload length (4 bytes, big endian) — and at most MaxData bytes
@@ -21,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 )
 
 // Kind says what a frame carries.
@@ -38,20 +41,32 @@ const (
 	File                       // a file operation: JSON FileRequest
 	Dial                       // connect to a port of the sandbox's loopback: JSON DialRequest
 	Accept                     // take the next connection to the agent's relay port
+	Lease                      // query or renew the instance's lease: JSON LeaseRequest
+	Resize                     // set a PTY command's terminal size: JSON ResizeRequest
+	Attach                     // attach to a command by its ID: JSON AttachRequest
+	List                       // list the instance's commands: answered by SessionList
+	UsageQuery                 // what the sandbox uses: JSON UsageRequest, answered by UsageState
+	Watch                      // watch a directory: JSON WatchRequest, answered by Started and Events
 )
 
 // Frames the agent sends.
 const (
-	Started  Kind = 64 + iota // the command runs: JSON Start
-	Stdout                    // output; an empty payload is end of stream
-	Stderr                    // output; an empty payload is end of stream
-	Exited                    // the command ended: JSON Exit
-	Failed                    // the request failed: an error message
-	Pong                      // answer to Ping
-	OOMCount                  // answer to OOM: JSON int (-1: unknown)
-	Killed                    // the kill is done: JSON KillResult
-	Hello                     // first frame of the agent: JSON Greeting
-	Done                      // a file operation ended: JSON FileResult
+	Started     Kind = 64 + iota // the command runs: JSON Start
+	Stdout                       // output; an empty payload is end of stream
+	Stderr                       // output; an empty payload is end of stream
+	Exited                       // the command ended: JSON Exit
+	Failed                       // the request failed: an error message
+	Pong                         // answer to Ping
+	OOMCount                     // answer to OOM: JSON int (-1: unknown)
+	Killed                       // the kill is done: JSON KillResult
+	Hello                        // first frame of the agent: JSON Greeting
+	Done                         // a file operation ended: JSON FileResult
+	LeaseState                   // answer to Lease: JSON LeaseInfo
+	SessionList                  // answer to List: JSON []Session
+	Taken                        // another session attached the command: this channel gets no more of it
+	UsageState                   // answer to UsageQuery: JSON Usage
+	Events                       // a watch's events: WatchRecords; an empty payload is the watch's end
+	Activity                     // what a command did: JSON []Act, as it happens and before its Exited (see Act)
 )
 
 var kindNames = map[Kind]string{
@@ -59,7 +74,10 @@ var kindNames = map[Kind]string{
 	Ping: "ping", OOM: "oom", Started: "started", Stdout: "stdout", Stderr: "stderr",
 	Exited: "exited", Failed: "failed", Pong: "pong", OOMCount: "oom-count",
 	Killed: "killed", Hello: "hello", File: "file", Done: "done",
-	Dial: "dial", Accept: "accept",
+	Dial: "dial", Accept: "accept", Lease: "lease", LeaseState: "lease-state",
+	Resize: "resize", Attach: "attach", List: "list", SessionList: "session-list", Taken: "taken",
+	UsageQuery: "usage", UsageState: "usage-state",
+	Watch: "watch", Events: "events", Activity: "activity",
 }
 
 func (k Kind) String() string {
@@ -188,6 +206,116 @@ type ExecRequest struct {
 	Dir   string   // absolute
 	User  string   // "uid", "uid:gid", or names from the image's /etc/passwd and /etc/group
 	Stdin bool     // stdin comes in Stdin frames; without it, stdin is /dev/null
+	// TTY, if set, runs the command on a pseudo-terminal the agent makes:
+	// the terminal is its stdin, stdout and stderr and its controlling
+	// terminal (in a session of its own), owned by the command's user;
+	// its output (stderr merged, as a terminal does) comes in Stdout
+	// frames and Stderr ends at once. CloseStdin writes the terminal's
+	// end-of-file character (VEOF, normally C-d) rather than closing it;
+	// without Stdin, that character is written at the start. A TTY whose
+	// size is out of range (see MaxTTYSize) or whose Term is not a plain
+	// name is refused with Failed.
+	TTY *TTY `json:",omitempty"`
+	// Keep, in a leased instance, lets the command outlive the session
+	// that started it: when that session ends, the command runs on,
+	// detached, its output kept in a ring of RingSize bytes per stream
+	// (older output dropped, and counted) until a session attaches to
+	// it (Attach). Without Keep, or in a tethered instance, a session's
+	// end kills its commands.
+	Keep bool `json:",omitempty"`
+	// Group ends the command's processes with it: once its process has
+	// exited, every process it started that is left is killed (before
+	// Exited is sent), as a closed terminal window would hang them up,
+	// but without exception.
+	Group bool `json:",omitempty"`
+	// NoActivity starts the command without the activity record: no Act
+	// frames, no monitor in its way.
+	NoActivity bool `json:",omitempty"`
+	// MaxActivity bounds the command's activity record (0: DefaultMaxActivity).
+	MaxActivity int `json:",omitempty"`
+}
+
+// RingSize is how many bytes of each output stream of a detached command
+// the agent keeps (see ExecRequest.Keep).
+const RingSize = 512 << 10
+
+// AttachRequest attaches the session to the command named ID, on the
+// channel of the Attach frame. The agent answers Started (JSON Start) or
+// Failed (no such command); then, if output was dropped while no one
+// was attached, one line saying how much, on Stderr (on Stdout for a PTY
+// command); then the kept output, and from there on the command as on the
+// channel that started it (output under a new window, Stdin, Resize,
+// Kill, Exited; the streams' ends and Exited come at once for a command
+// that ended meanwhile). A command attached to another session is taken
+// from it: that session gets Taken on its channel, and nothing more of
+// the command there.
+type AttachRequest struct {
+	ID string
+}
+
+// Session describes a command of the instance (the answer to List):
+// those that run, and the most recent of those that ended (at most
+// MaxEnded).
+type Session struct {
+	ID       string
+	Terminal bool     // a PTY command
+	Args     []string // the program and its arguments (each cut to MaxArgBytes, at most MaxArgs)
+	Started  int64    // Unix nanoseconds
+	Running  bool
+	Attached bool // a session receives its output now
+}
+
+// Bounds of the answer to List.
+const (
+	MaxEnded    = 16
+	MaxArgs     = 16
+	MaxArgBytes = 256
+)
+
+// TTY is a pseudo-terminal's settings. A Rows or Cols of 0 is
+// DefaultRows or DefaultCols, an empty Term DefaultTerm.
+type TTY struct {
+	Rows, Cols uint16
+	Term       string // the command's TERM
+}
+
+// The terminal's defaults, and the largest size the agent accepts (rows
+// and columns alike).
+const (
+	DefaultRows = 24
+	DefaultCols = 80
+	DefaultTerm = "xterm-256color"
+	MaxTTYSize  = 1000
+	MaxTermName = 64
+)
+
+// NoPTY is in the text of the Failed answer to an Exec with a TTY that
+// the agent could not make a pseudo-terminal for (no usable /dev/ptmx).
+const NoPTY = "no pseudo-terminal"
+
+// ResizeRequest sets the size of a PTY command's terminal: the kernel
+// delivers SIGWINCH to its foreground process group. Resize frames get no
+// answer; the agent ignores one with a size out of range (0 or more than
+// MaxTTYSize), one that does not decode and one for a channel that is not
+// a PTY command.
+type ResizeRequest struct {
+	Rows, Cols uint16
+}
+
+// CheckTTY returns why t is refused, or nil.
+func CheckTTY(t TTY) error {
+	if t.Rows > MaxTTYSize || t.Cols > MaxTTYSize {
+		return fmt.Errorf("wire: terminal size %d×%d: at most %d×%d", t.Rows, t.Cols, MaxTTYSize, MaxTTYSize)
+	}
+	if len(t.Term) > MaxTermName {
+		return fmt.Errorf("wire: TERM of %d bytes: at most %d", len(t.Term), MaxTermName)
+	}
+	for _, c := range []byte(t.Term) {
+		if c <= ' ' || c >= 0x7f || c == '=' || c == '/' {
+			return fmt.Errorf("wire: TERM %q: not a plain name", t.Term)
+		}
+	}
+	return nil
 }
 
 // Start says a command runs; for a file Read, it comes before the data
@@ -196,6 +324,14 @@ type ExecRequest struct {
 type Start struct {
 	PID  int   `json:",omitempty"`
 	Size int64 `json:",omitempty"`
+	// ID names a command among every command of the instance (of all its
+	// sessions): the agent gives one to every command it starts.
+	ID string `json:",omitempty"`
+	// Replay, in the answer to an Attach, is how many of the Stdout bytes
+	// that follow are kept output replayed (the line saying what was
+	// dropped included), not the command's live output: a terminal
+	// emulator must not answer the queries in them.
+	Replay int64 `json:",omitempty"`
 }
 
 // Exit says how a command ended.
@@ -203,7 +339,60 @@ type Exit struct {
 	Code   int  // exit status, or 128+signal
 	Signal int  // the signal that ended it, 0 if it exited
 	Killed bool // ended by a Kill request
+	// The command's resource usage, as wait4 gives it: its process's own
+	// and that of the descendants it waited for.
+	UserNS   int64 `json:",omitempty"` // user CPU time, nanoseconds
+	SystemNS int64 `json:",omitempty"` // system CPU time, nanoseconds
+	MaxRSS   int64 `json:",omitempty"` // the largest peak resident set of any of them, bytes
+	// Dropped counts activity events over the command's bound: seen, not
+	// sent.
+	Dropped int `json:",omitempty"`
+	// NoActivity says the agent kept no activity record for the command
+	// (the kernel has no seccomp user notification: gVisor).
+	NoActivity bool `json:",omitempty"`
 }
+
+// Act is one event of a command's activity record, as the agent's monitor
+// saw it. The agent sends a command's events in Activity frames as they
+// happen (within a few milliseconds; possibly before Started, for the
+// command's own first exec), in the order they happened, all before the
+// command's Exited frame; events of its processes that come after that are
+// not sent. Events that happen while the command is detached wait for a
+// session to attach (they go with its next event or its exit); those of a
+// command that exits detached are not sent.
+type Act struct {
+	Kind string // "exec", "exit", "connect", "file"
+	PID  int
+	PPID int   `json:",omitempty"`
+	UID  int   `json:",omitempty"`
+	Time int64 // Unix nanoseconds
+	// exec
+	Path string   `json:",omitempty"`
+	Args []string `json:",omitempty"`
+	// exit
+	Code   int    `json:",omitempty"` // exit status, -1 when ended by a signal
+	Signal string `json:",omitempty"`
+	CPUNS  int64  `json:",omitempty"`
+	MaxRSS int64  `json:",omitempty"`
+	// connect
+	Net  string `json:",omitempty"` // "ip4", "ip6"
+	Addr string `json:",omitempty"`
+	Port int    `json:",omitempty"`
+	// file: Op is "create", "modify", "remove" or "rename"; Path (above)
+	// the path changed, absolute; From a rename's old path, a hard link's
+	// existing file or a symbolic link's target; Size and Mode (Go's
+	// fs.FileMode bits) the file's as the change began; Refused says
+	// the kernel refuses the change (read-only, or not permitted).
+	Op      string `json:",omitempty"`
+	From    string `json:",omitempty"`
+	Size    int64  `json:",omitempty"`
+	Mode    uint32 `json:",omitempty"`
+	Refused bool   `json:",omitempty"`
+}
+
+// DefaultMaxActivity is the bound of a command's activity record when the
+// request names none.
+const DefaultMaxActivity = 10000
 
 // DialRequest asks the agent to connect to Port on the sandbox's loopback
 // interface (127.0.0.1).
@@ -220,6 +409,11 @@ type DialRequest struct {
 	Port int
 }
 
+// EgressTaken is in the text of the Failed answer to an Accept from a
+// session older than the one that serves egress (see Greeting.Lease): the
+// library stops asking.
+const EgressTaken = "egress is served by a newer session"
+
 // KillResult says what a Kill did.
 type KillResult struct {
 	Processes int // how many processes it killed
@@ -233,6 +427,40 @@ type Greeting struct {
 	UID     uint32 // the sandbox user (its -user flag), resolved in the image
 	GID     uint32
 	Limits  Seen // the limits the agent finds in force
+	// Lease is the instance's lease (agentargs.Args.Lease) if it is
+	// leased, else 0 (it is tethered to the stream that made it).
+	//
+	// A leased agent serves every connection to its socket as a session
+	// of its own, at once and each with the whole protocol; channel
+	// numbers are the session's. A session's end (its stream closes)
+	// kills the commands it started (but those started with Keep that
+	// still run: they go on detached, see ExecRequest.Keep) and ends its
+	// file operations and relayed connections; the others go on. Egress (Accept) is served by
+	// one session: the newest to have sent an Accept. An Accept from a
+	// session older than that one fails, its text holding EgressTaken;
+	// once that session ends, connections to the relay port are reset
+	// until a newer session sends an Accept.
+	Lease time.Duration `json:",omitempty"`
+	// NoActivity says the agent keeps no activity record for any command
+	// (it has no seccomp user notification: gVisor).
+	NoActivity bool `json:",omitempty"`
+}
+
+// LeaseRequest queries (Renew false) or renews the lease: a renewal moves
+// the instance's end to now + the lease. Either is answered by LeaseState
+// on the same channel (an agent that is not leased answers too), or by
+// Failed for a payload that does not decode.
+type LeaseRequest struct {
+	Renew bool
+}
+
+// LeaseInfo is the lease as the agent holds it. Once Left has run out
+// with no renewal, the agent kills every command of every session and
+// ends the instance.
+type LeaseInfo struct {
+	Leased bool          // false: the instance is tethered; the rest is 0
+	Lease  time.Duration // the lease's length
+	Left   time.Duration // time until the instance ends without a renewal (>= 0)
 }
 
 // Seen is a limit as the agent finds it in force on itself (its cgroup,
@@ -396,4 +624,89 @@ func ParseDirRecord(b []byte) (name []byte, fi FileInfo, rest []byte, ok bool) {
 		Mtime: int64(binary.BigEndian.Uint64(b[12:20])),
 	}
 	return b[DirRecordSize : DirRecordSize+n], fi, b[DirRecordSize+n:], true
+}
+
+// WatchRequest watches directory Path (absolute and clean), and with
+// Recursive every directory below it, including those made later. The
+// agent opens Path and every directory below it one name at a time,
+// never following a symbolic link (a link anywhere in Path is ELOOP), as
+// Uid and Gid: the kernel checks every access as for a command of the
+// sandbox user, and /proc and /sys are refused (EACCES).
+//
+// The agent answers Started, or Failed with a JSON FileError (Errno set
+// for a system error). Then the watch sends Events frames, each holding
+// whole WatchRecords, under a WatchWindow of credit the library gives back
+// with Ack; an empty Events frame is the watch's end (its directory
+// removed, or a Kill). A Kill ends the watch and is answered by Killed.
+// While the library gives no credit the agent reads no more events: the
+// kernel's queue fills and its overflow becomes a WatchOverflow record.
+type WatchRequest struct {
+	Path      []byte // bytes, not a string: names need not be UTF-8
+	Recursive bool
+	Uid       uint32
+	Gid       uint32
+}
+
+// Bounds of a watch.
+const (
+	// WatchWindow is how many bytes of records a watch sends ahead of
+	// the library's acknowledgements.
+	WatchWindow = 256 << 10
+	// MaxWatchDirs is how many directories one watch covers; a
+	// directory beyond it is not watched and said by a WatchOverflow
+	// record naming it (as is one the kernel refuses a watch: its
+	// fs.inotify.max_user_watches, 8192 on older kernels).
+	MaxWatchDirs = 8192
+	// MaxWatches is how many watches an instance runs at once (over
+	// all its sessions).
+	MaxWatches = 8
+	// MaxWatchPath is the longest path a record holds: a deeper
+	// directory is not watched (a WatchOverflow record names its parent).
+	MaxWatchPath = 4096
+)
+
+// Ops of a WatchRecord.
+const (
+	WatchCreate   byte = 1 + iota // a file or directory created, or moved in from outside the watch
+	WatchModify                   // a file's contents written
+	WatchRemove                   // removed, or moved out of the watch
+	WatchRename                   // renamed within the watch: From is the old path
+	WatchOverflow                 // events were lost here (Path: the directory concerned, or the watch's)
+)
+
+// WatchRecordSize is the fixed part of a WatchRecord.
+const WatchRecordSize = 1 + 2 + 2
+
+// AppendWatchRecord appends one event in the Events encoding: op (1
+// byte), path length (2 bytes), path, from length (2), from. Paths of
+// more than MaxWatchPath bytes are refused (ok false).
+func AppendWatchRecord(b []byte, op byte, path, from []byte) (_ []byte, ok bool) {
+	if len(path) > MaxWatchPath || len(from) > MaxWatchPath {
+		return b, false
+	}
+	b = append(b, op)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(path)))
+	b = append(b, path...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(from)))
+	return append(b, from...), true
+}
+
+// ParseWatchRecord decodes the first record of b, returning the rest; ok
+// is false if b does not start with a whole, valid record (an unknown op,
+// a path longer than MaxWatchPath).
+func ParseWatchRecord(b []byte) (op byte, path, from, rest []byte, ok bool) {
+	if len(b) < 3 {
+		return 0, nil, nil, b, false
+	}
+	op = b[0]
+	n := int(binary.BigEndian.Uint16(b[1:3]))
+	if op < WatchCreate || op > WatchOverflow || n > MaxWatchPath || len(b) < 3+n+2 {
+		return 0, nil, nil, b, false
+	}
+	path = b[3 : 3+n]
+	m := int(binary.BigEndian.Uint16(b[3+n : 5+n]))
+	if m > MaxWatchPath || len(b) < 5+n+m {
+		return 0, nil, nil, b, false
+	}
+	return op, path, b[5+n : 5+n+m], b[5+n+m:], true
 }

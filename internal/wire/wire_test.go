@@ -134,3 +134,39 @@ func TestCaptureHeaderBound(t *testing.T) {
 		t.Errorf("60,000 long links (%d bytes of headers) over the bound of a 64 MiB disk", n)
 	}
 }
+
+// The kinds are the protocol: their numbers never change.
+func TestKindNumbers(t *testing.T) {
+	for k, want := range map[Kind]uint8{Exec: 1, Accept: 10, Lease: 11, List: 14, UsageQuery: 15, Watch: 16,
+		Started: 64, Done: 73, LeaseState: 74, Taken: 76, UsageState: 77, Events: 78} {
+		if uint8(k) != want {
+			t.Errorf("%v is %d, want %d", k, uint8(k), want)
+		}
+	}
+	if Lease.String() != "lease" || LeaseState.String() != "lease-state" || Watch.String() != "watch" || UsageState.String() != "usage-state" {
+		t.Errorf("names %q, %q, %q, %q", Lease, LeaseState, Watch, UsageState)
+	}
+}
+
+func TestWatchRecord(t *testing.T) {
+	b, ok := AppendWatchRecord(nil, WatchRename, []byte("/w/new"), []byte("/w/\xffold"))
+	if !ok {
+		t.Fatal("refused")
+	}
+	b, _ = AppendWatchRecord(b, WatchCreate, []byte("/w/a"), nil)
+	op, p, from, rest, ok := ParseWatchRecord(b)
+	if !ok || op != WatchRename || string(p) != "/w/new" || string(from) != "/w/\xffold" {
+		t.Fatalf("%d %q %q %v", op, p, from, ok)
+	}
+	if op, p, from, rest, ok = ParseWatchRecord(rest); !ok || op != WatchCreate || string(p) != "/w/a" || len(from) != 0 || len(rest) != 0 {
+		t.Fatalf("%d %q %q %q %v", op, p, from, rest, ok)
+	}
+	if _, ok := AppendWatchRecord(nil, WatchCreate, make([]byte, MaxWatchPath+1), nil); ok {
+		t.Error("a path over MaxWatchPath accepted")
+	}
+	for _, bad := range [][]byte{{}, {WatchCreate, 0}, {0, 0, 0, 0, 0}, {WatchOverflow + 1, 0, 0, 0, 0}, {WatchCreate, 0, 2, 'a'}, {WatchCreate, 0xff, 0xff, 0, 0}} {
+		if _, _, _, rest, ok := ParseWatchRecord(bad); ok || !bytes.Equal(rest, bad) {
+			t.Errorf("ParseWatchRecord(%x) = ok %v", bad, ok)
+		}
+	}
+}
