@@ -62,8 +62,11 @@ func TestTerminalTrajectory(t *testing.T) {
 		t.Errorf("notes.txt: %q, %v", got, err)
 	}
 
-	// An interactive prompt, answered.
-	step(`{"text": "printf 'Your name? '; read name; echo \"hi $name\"\n", "wait_for": "name\\?$"}`, `Your name\?\n$`)
+	// An interactive prompt, answered. The wait names the prompt's own
+	// line: the shell's echo of the command line, written a character at
+	// a time, passes through "...Your name?" while the line editor still
+	// holds the terminal raw, and an answer typed then is never echoed.
+	step(`{"text": "printf 'Your name? '; read name; echo \"hi $name\"\n", "wait_for": "(?m)^Your name\\?$"}`, `(?m)^Your name\?\n$`)
 	step(`{"text": "Ada\n", "wait_for": "hi Ada"}`, `(?m)^hi Ada$`)
 
 	// A runaway loop: the screen keeps changing; C-c stops it.
