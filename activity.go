@@ -71,6 +71,12 @@ type Connection struct {
 	Reason  string // through the proxy: why it refused (as the sandbox.network audit record says); empty otherwise
 	PID     int    // the process that connected
 	Time    time.Time
+	// Through the proxy, the bytes of the request or tunnel as far as
+	// they had gone when the command's record was made: BytesOut from
+	// the program toward the host, BytesIn to the program (for an HTTP
+	// request, the bodies only). A connection still open then goes on
+	// counting in the sandbox.network audit record, which has its total.
+	BytesIn, BytesOut int64
 }
 
 // WithActivity turns the activity record of every command on or off.
@@ -286,11 +292,13 @@ type proxied struct {
 	order []string // the commands of m, oldest first
 }
 
-// proxiedDecision is one decision, on connection conn of process pid.
+// proxiedDecision is one decision, on connection conn of process pid,
+// and the bytes of its request or tunnel so far.
 type proxiedDecision struct {
-	pid  int
-	conn net.Conn
-	c    Connection
+	pid     int
+	conn    net.Conn
+	c       Connection
+	traffic *egress.Traffic
 }
 
 const maxProxiedCmds = 256
@@ -353,6 +361,9 @@ func (pc proxiedConns) next(pid int) []Connection {
 	out := make([]Connection, len(conns[0]))
 	for i, d := range conns[0] {
 		out[i] = d.c
+		if d.traffic != nil {
+			out[i].BytesIn, out[i].BytesOut = d.traffic.Down.Load(), d.traffic.Up.Load()
+		}
 	}
 	return out
 }
@@ -380,7 +391,7 @@ func (s *Sandbox) proxyDecided(d egress.Decision) {
 	}
 	now := time.Now()
 	c := Connection{Host: d.Host, Port: d.Port, Allowed: d.Allowed, Via: "proxy", Reason: d.Reason, PID: pid, Time: now}
-	s.proxied.add(cmd, proxiedDecision{pid: pid, conn: d.Conn, c: c})
+	s.proxied.add(cmd, proxiedDecision{pid: pid, conn: d.Conn, c: c, traffic: d.Traffic})
 	level := slog.LevelInfo
 	attrs := []slog.Attr{slog.String("sandbox", s.id), slog.String("command", cmd), slog.String("kind", "connect"),
 		slog.Time("at", now), slog.Int("pid", pid), slog.String("host", c.Host), slog.Int("port", c.Port),

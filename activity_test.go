@@ -22,11 +22,15 @@ import (
 // recorded as allowed and direct, one out of a sandbox with no network
 // (to a bridge of this machine's) as refused; requests through the egress
 // proxy as what they asked the proxy for, with its decision — an allowed
-// host (a server of the test's), and a denied one with the reason.
+// host (a server of the test's) with the bytes of its bodies, and a
+// denied one with the reason.
 func TestActivityConnections(t *testing.T) {
 	t.Parallel()
 	bridge := hostAddr(t) // this machine's own (the engine's bridge first)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "up") }))
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, strings.Repeat("u", 5000))
+	}))
 	t.Cleanup(up.Close)
 	upPort := strconv.Itoa(up.Listener.Addr().(*net.TCPAddr).Port)
 	sb := newPython(t, sandbox.WithActivity(true), sandbox.WithNetwork(sandbox.AllowHosts("api.test:"+upPort, "127.0.0.1/32")),
@@ -40,7 +44,7 @@ try:
     socket.create_connection(("%s", 9), timeout=5)
 except OSError as e:
     print("refused", e.errno)
-print(urllib.request.urlopen("http://api.test:%s/", timeout=20).read().decode())
+print(len(urllib.request.urlopen("http://api.test:%s/", data=b"x"*1000, timeout=20).read()))
 try:
     urllib.request.urlopen("http://denied.test/", timeout=20)
 except Exception as e:
@@ -48,7 +52,7 @@ except Exception as e:
 print(os.getpid(), port)
 '`, bridge, upPort))
 	lines := strings.Fields(r.Stdout)
-	if len(lines) < 3 || !strings.Contains(r.Stdout, "\nup\n") {
+	if len(lines) < 3 || !strings.Contains(r.Stdout, "\n5000\n") {
 		t.Fatalf("script: %+v", r)
 	}
 	pid, port := lines[len(lines)-2], lines[len(lines)-1]
@@ -57,16 +61,16 @@ print(os.getpid(), port)
 	}
 	var got []string
 	for _, c := range r.Activity.Connections {
-		got = append(got, fmt.Sprintf("%s %d %v %s %q pid %d", c.Host, c.Port, c.Allowed, c.Via, c.Reason, c.PID))
+		got = append(got, fmt.Sprintf("%s %d %v %s %q pid %d, in %d out %d", c.Host, c.Port, c.Allowed, c.Via, c.Reason, c.PID, c.BytesIn, c.BytesOut))
 		if c.Time.IsZero() {
 			t.Errorf("connection without a time: %+v", c)
 		}
 	}
 	want := []string{
-		"127.0.0.1 " + port + ` true direct "" pid ` + pid,
-		bridge + ` 9 false direct "" pid ` + pid,
-		"api.test " + upPort + ` true proxy "" pid ` + pid,
-		`denied.test 80 false proxy "host not in the allow-list" pid ` + pid,
+		"127.0.0.1 " + port + ` true direct "" pid ` + pid + ", in 0 out 0",
+		bridge + ` 9 false direct "" pid ` + pid + ", in 0 out 0",
+		"api.test " + upPort + ` true proxy "" pid ` + pid + ", in 5000 out 1000", // the bodies
+		`denied.test 80 false proxy "host not in the allow-list" pid ` + pid + ", in 0 out 0",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("connections:\n%s\nwant\n%s\n(stdout %q)", strings.Join(got, "\n"), strings.Join(want, "\n"), r.Stdout)

@@ -134,7 +134,8 @@
 // request, several on one kept-alive connection — with the proxy's
 // decision (Allowed; Reason, why it refused: a host not in the
 // allow-list, a name resolving to a forbidden address, an upstream that
-// could not be reached). The agent traces each connection to the proxy to
+// could not be reached) and its bytes (BytesIn, BytesOut) as far as they
+// had gone when the command's record was made. The agent traces each connection to the proxy to
 // the process that made it (the monitor reads which socket the process
 // connects; the accepted connection's client socket is found by its
 // port) and the library joins the proxy's decisions to that connect. A

@@ -224,7 +224,7 @@ func (h *liveHandler) messages() []string {
 
 // activityProxy: a request through the egress proxy is recorded as what
 // it asked for, with the proxy's decision — an allowed address (a server
-// of the test's), a host outside the allow-list refused with the reason —
+// of the test's) with the bytes of its body, a host outside the allow-list refused with the reason —
 // and no longer as a connection to the proxy's port; the refusal is a
 // live sandbox.activity record at level Warn naming the host.
 func (c conformance) activityProxy(t *testing.T) {
@@ -251,7 +251,7 @@ func (c conformance) activityProxy(t *testing.T) {
 		var out []string
 		for _, c := range r.Activity.Connections {
 			if c.Via == "proxy" {
-				out = append(out, fmt.Sprintf("%s:%d %v %q", c.Host, c.Port, c.Allowed, c.Reason))
+				out = append(out, fmt.Sprintf("%s:%d %v %q in %d out %d", c.Host, c.Port, c.Allowed, c.Reason, c.BytesIn, c.BytesOut))
 			}
 		}
 		return out
@@ -260,14 +260,14 @@ func (c conformance) activityProxy(t *testing.T) {
 	if code != 200 || body != "upstream" || r.Activity == nil {
 		t.Fatalf("an allowed address through the proxy: %d %q, activity %+v", code, body, r.Activity)
 	}
-	if got, want := proxied(r), fmt.Sprintf("127.0.0.1:%d true \"\"", upPort); !slices.Equal(got, []string{want}) {
+	if got, want := proxied(r), fmt.Sprintf("127.0.0.1:%d true \"\" in 8 out 0", upPort); !slices.Equal(got, []string{want}) {
 		t.Errorf("the allowed request's connections through the proxy: %q, want [%s]", got, want)
 	}
 	r, code, _ = getResult(t, sb, "http://denied.invalid/", true)
 	if code != 403 || r.Activity == nil {
 		t.Fatalf("a host not on the allow-list: %d, activity %+v", code, r.Activity)
 	}
-	if got, want := proxied(r), `denied.invalid:80 false "host not in the allow-list"`; !slices.Equal(got, []string{want}) {
+	if got, want := proxied(r), `denied.invalid:80 false "host not in the allow-list" in 0 out 0`; !slices.Equal(got, []string{want}) {
 		t.Errorf("the refused request's connections through the proxy: %q, want [%s]", got, want)
 	}
 	if !slices.Contains(h.messages(), "stop") {

@@ -772,6 +772,15 @@ func TestEgressConnectByteCounts(t *testing.T) {
 	if _, err := io.ReadFull(br, got); err != nil || !bytes.Equal(got, more) {
 		t.Fatalf("echo: %v", err)
 	}
+	// While the tunnel is open, the decision Decided had counts the
+	// bytes that moved: the client has read every byte written to it,
+	// and the upstream echoed only what the proxy passed on.
+	h.decided.mu.Lock()
+	live := h.decided.ds[0].Traffic
+	h.decided.mu.Unlock()
+	if want := int64(len(early) + len(more)); live.Up.Load() != want || live.Down.Load() != want {
+		t.Errorf("Traffic while the tunnel is open: up %d, down %d; want %d each", live.Up.Load(), live.Down.Load(), want)
+	}
 	c.(*net.TCPConn).CloseWrite()
 	if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
 		t.Fatalf("after close: %q, %v", rest, err)

@@ -98,12 +98,22 @@ type Decision struct {
 	Credential string // the header name injected, if any (never its value)
 	BytesUp    int64  // sandbox to upstream
 	BytesDown  int64  // upstream to sandbox
+	// Traffic counts the same bytes as they move: a Decision passed to
+	// Config.Decided can read how far the request or tunnel has gone.
+	// BytesUp and BytesDown are its values at the end.
+	Traffic *Traffic
 	// Conn is the sandbox's connection the request came on, as the
 	// Listener given to Serve returned it (a connection may carry several
 	// requests).
 	Conn net.Conn
 
 	decided, logged bool
+}
+
+// Traffic counts the bytes of one request or tunnel as they move: Up
+// read from the sandbox and passed upstream, Down written to the sandbox.
+type Traffic struct {
+	Up, Down atomic.Int64
 }
 
 // Config configures a Proxy.
@@ -361,7 +371,7 @@ func (p *Proxy) check(r *http.Request, method, hostport string, defPort int) (*t
 	host = strings.ToLower(strings.Trim(host, "[]"))
 	port, err := strconv.Atoi(ps)
 	client, _ := r.Context().Value(clientKey{}).(net.Conn)
-	dec := &Decision{Method: method, Host: host, Port: port, Conn: client}
+	dec := &Decision{Method: method, Host: host, Port: port, Conn: client, Traffic: new(Traffic)}
 	if err != nil || port < 1 || port > 65535 {
 		return nil, p.deny(dec, "bad port")
 	}
@@ -555,9 +565,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target, schem
 		// response before the scrubber reads it.
 		r.Header.Del("Accept-Encoding")
 	}
-	up := &countReader{r: r.Body}
-	r.Body = up
-	cw := &countWriter{ResponseWriter: w}
+	r.Body = &countReader{r: r.Body, n: &t.dec.Traffic.Up}
+	cw := &countWriter{ResponseWriter: w, n: &t.dec.Traffic.Down}
 	var out http.ResponseWriter = cw
 	if t.cred != nil {
 		out = &scrubWriter{countWriter: cw, m: t.scrub}
@@ -574,7 +583,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target, schem
 		s.flushTail()
 		s.scrubHeader() // trailers, set after the body
 	}
-	t.dec.BytesUp, t.dec.BytesDown = up.n.Load(), cw.n
+	t.dec.BytesUp, t.dec.BytesDown = t.dec.Traffic.Up.Load(), t.dec.Traffic.Down.Load()
 	p.logOnce(t.dec)
 }
 
@@ -610,7 +619,8 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer conn.Close()
-	t.dec.BytesUp, t.dec.BytesDown = p.tunnel(conn, brw.Reader, up)
+	p.tunnel(conn, brw.Reader, up, t.dec.Traffic)
+	t.dec.BytesUp, t.dec.BytesDown = t.dec.Traffic.Up.Load(), t.dec.Traffic.Down.Load()
 	p.logOnce(t.dec)
 }
 
@@ -619,30 +629,43 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 // both connections' deadlines further. When a side fails (the sandbox's
 // connection is gone, a deadline passed) the upstream connection is reset,
 // which also ends a write blocked on an upstream that stopped reading.
-func (p *Proxy) tunnel(conn net.Conn, br *bufio.Reader, up net.Conn) (upN, downN int64) {
+// It counts the bytes in tr as they are written.
+func (p *Proxy) tunnel(conn net.Conn, br *bufio.Reader, up net.Conn, tr *Traffic) {
 	idle := &idleDeadline{d: p.cfg.IdleTimeout, conns: [2]net.Conn{conn, up}}
 	idle.touch()
 	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-		return 0, 0
+		return
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		var err error
-		upN, err = io.Copy(up, idleReader{br, idle}) // buffered bytes first
+		_, err := io.Copy(countedWriter{up, &tr.Up}, idleReader{br, idle}) // buffered bytes first
 		if cw, ok := up.(interface{ CloseWrite() error }); ok && err == nil {
 			cw.CloseWrite()
 		} else {
 			abort(up) // timed out, or the sandbox's side failed
 		}
 	}()
-	downN, err := io.Copy(conn, idleReader{up, idle})
-	if err != nil {
+	if _, err := io.Copy(countedWriter{conn, &tr.Down}, idleReader{up, idle}); err != nil {
 		abort(up) // timed out, or either side failed: nothing more can flow
 	}
 	conn.Close()
 	<-done
-	return upN, downN
+}
+
+// countedWriter adds the bytes written through it to n. It counts them
+// before the write and takes back what was not written, so a peer that
+// has read them finds them counted.
+type countedWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countedWriter) Write(p []byte) (int, error) {
+	c.n.Add(int64(len(p)))
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n - len(p)))
+	return n, err
 }
 
 // idleDeadline keeps the deadlines of a tunnel's two connections d ahead
@@ -748,7 +771,7 @@ func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t := &target{host: ct.host, port: ct.port, cred: ct.cred, scrub: ct.scrub,
-		dec: &Decision{Method: r.Method, Host: ct.host, Port: ct.port, Credential: ct.cred.Header, Conn: ct.dec.Conn}}
+		dec: &Decision{Method: r.Method, Host: ct.host, Port: ct.port, Credential: ct.cred.Header, Conn: ct.dec.Conn, Traffic: new(Traffic)}}
 	if r.Method == http.MethodConnect {
 		p.refuse(w, t, "CONNECT inside an intercepted connection")
 		return
@@ -882,7 +905,7 @@ func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 type countReader struct {
 	r io.ReadCloser
-	n atomic.Int64
+	n *atomic.Int64
 }
 
 func (c *countReader) Read(p []byte) (int, error) {
@@ -897,12 +920,13 @@ func (c *countReader) Close() error { return c.r.Close() }
 // connection for a protocol switch (101), which would bypass the scrubber.
 type countWriter struct {
 	http.ResponseWriter
-	n int64
+	n *atomic.Int64
 }
 
 func (c *countWriter) Write(p []byte) (int, error) {
+	c.n.Add(int64(len(p))) // before, as countedWriter
 	n, err := c.ResponseWriter.Write(p)
-	c.n += int64(n)
+	c.n.Add(int64(n - len(p)))
 	return n, err
 }
 

@@ -3,6 +3,7 @@ package egress
 import (
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -10,7 +11,7 @@ import (
 // points and returns what reached the client.
 func scrubAll(m *matcher, body string, cuts ...int) string {
 	rec := httptest.NewRecorder()
-	s := &scrubWriter{countWriter: &countWriter{ResponseWriter: rec}, m: m}
+	s := &scrubWriter{countWriter: &countWriter{ResponseWriter: rec, n: new(atomic.Int64)}, m: m}
 	prev := 0
 	for _, c := range append(cuts, len(body)) {
 		s.Write([]byte(body[prev:c]))
@@ -45,7 +46,7 @@ func TestScrubWriterSplits(t *testing.T) {
 		}
 	}
 	rec := httptest.NewRecorder()
-	s := &scrubWriter{countWriter: &countWriter{ResponseWriter: rec}, m: m}
+	s := &scrubWriter{countWriter: &countWriter{ResponseWriter: rec, n: new(atomic.Int64)}, m: m}
 	for range 1000 {
 		s.Write([]byte("0123456789abcdef-"))
 		if len(s.tail) >= m.max {
