@@ -645,12 +645,15 @@ func (p *proc) stdinEOF() bool {
 // reaper's first pass is at once: a SIGCHLD that comes before Go relays it
 // is dropped, so a command that started before and ended quickly would
 // never be reaped, its exit never reported (its Exec waiting until
-// ExecTimeout, then failing).
-func (a *instance) startReaper() {
+// ExecTimeout, then failing). stop ends it (for an instance that is not
+// the process's only one: a benchmark's, whose reapers would take each
+// other's children).
+func (a *instance) startReaper() (stop func()) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGCHLD)
 	sig <- syscall.SIGCHLD
 	go a.reap(sig)
+	return func() { signal.Stop(sig); close(sig) }
 }
 
 // reap collects every child that ends (the agent is PID 1: orphans of the

@@ -4,7 +4,6 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"os"
 	"os/exec"
 	"runtime"
@@ -59,7 +58,7 @@ func benchAgentExec(b *testing.B, sh string, mon bool) {
 			}
 			a.mon = m
 		}
-		a.startReaper()
+		defer a.startReaper()() // the next run's agent must have its children to itself
 		go a.serve(inR)
 		lib := wire.NewWriter(inW)
 		var mu sync.Mutex
@@ -90,9 +89,10 @@ func benchAgentExec(b *testing.B, sh string, mon bool) {
 			<-c
 		}
 		b.ReportMetric(float64(cpuSelf()-cpu)/float64(b.N), "cpu-ns/op")
+		// The agent's input ends; its output stays open, drained by the
+		// reader above (a batched frame written to a closed pipe would end
+		// the process, as it ends the agent when the library is gone).
 		inW.Close()
-		outW.Close()
-		io.Copy(io.Discard, outR)
 	}
 }
 
