@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -237,4 +238,70 @@ func BenchmarkRelayEcho(b *testing.B) {
 	for _, p := range []string{"lib", "dockerd", "shim"} {
 		b.ReportMetric(float64(used[p])/float64(b.N)/float64(time.Millisecond), p+"-ms")
 	}
+}
+
+// BenchmarkCreateRate makes and closes sandboxes conc at a time — New,
+// one Exec("true"), Close — beside the bare engine API doing the same with
+// the same image (create, start, one exec, remove): sandboxes per second,
+// and each one's time from New to the end of its Close (p50, p99). One op
+// is one sandbox.
+func BenchmarkCreateRate(b *testing.B) {
+	for _, conc := range []int{8, 32} {
+		b.Run(fmt.Sprintf("conc=%d/impl=floor", conc), func(b *testing.B) {
+			cli := benchClient(b)
+			createRate(b, conc, func(ctx context.Context) error {
+				id, err := floorStart(ctx, cli)
+				if err != nil {
+					return err
+				}
+				if _, err := floorExec(ctx, cli, id); err != nil {
+					floorRemove(cli, id)
+					return err
+				}
+				return floorRemove(cli, id)
+			})
+		})
+		b.Run(fmt.Sprintf("conc=%d/impl=library", conc), func(b *testing.B) {
+			createRate(b, conc, func(ctx context.Context) error {
+				sb, err := sandbox.New(ctx, sandbox.WithImage(busyboxImage))
+				if err != nil {
+					return err
+				}
+				if r, err := sb.Exec(ctx, "true"); err != nil || r.ExitCode != 0 {
+					sb.Close()
+					return fmt.Errorf("Exec(true): %+v, %v", r, err)
+				}
+				return sb.Close()
+			})
+		})
+	}
+}
+
+// createRate runs one b.N times, conc at a time, and reports the rate and
+// the latency of each.
+func createRate(b *testing.B, conc int, one func(ctx context.Context) error) {
+	var mu sync.Mutex
+	var lat []time.Duration
+	var g errgroup.Group
+	g.SetLimit(conc)
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N { // not b.Loop: its end would stop the timer before the last ones end
+		g.Go(func() error {
+			t0 := time.Now()
+			err := one(b.Context())
+			mu.Lock()
+			lat = append(lat, time.Since(t0))
+			mu.Unlock()
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(len(lat))/time.Since(start).Seconds(), "sandboxes/s")
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2])/float64(time.Millisecond), "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100])/float64(time.Millisecond), "p99-ms")
 }
