@@ -134,13 +134,18 @@ func agentArchive(bin []byte) io.Reader {
 }
 
 // removeHelper removes a never-started helper container by name (it may not
-// exist: its create failed), whatever ctx says.
+// exist: its create failed), whatever ctx says. An engine that answers
+// with a refusal is asked again until timeout (a cancelled copy can still
+// hold the helper); a helper it did not remove is remembered, whatever
+// the error, and removed by a later sweep.
 func (d *Driver) removeHelper(ctx context.Context, cli engine.API, name string, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	err := cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true})
+	err := engine.RetryBusy(ctx, func() error {
+		return cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true})
+	}, func(err error) bool { return !engine.IsGone(err) && !engine.IsUnreachable(err) })
 	if err != nil && !engine.IsGone(err) {
-		d.remember(leftover.Container, name, err)
+		d.left.Add(leftover.Object{Kind: leftover.Container, Name: name})
 	}
 }
 
